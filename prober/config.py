@@ -1,0 +1,185 @@
+"""`prober.toml`: targets, runner settings, the store URL and the suite search path.
+
+Validation is pydantic's; every error is turned into one line naming the file and the key
+(`ConfigError`), so the CLI can print it without a traceback and exit 2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from prober.errors import ConfigError
+
+DEFAULT_CONFIG_NAME = "prober.toml"
+LOCAL_PORT = 8080
+
+
+class _Strict(BaseModel):
+    # Unknown keys are errors: a typo in a config file must not be silently ignored.
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class Timeouts(_Strict):
+    connect: float = Field(10.0, gt=0, description="seconds to open the connection")
+    read: float = Field(120.0, gt=0, description="longest silence allowed between two received bytes")
+    total: float = Field(600.0, gt=0, description="longest a whole request may take")
+
+
+class Pricing(_Strict):
+    """Prices in currency units per million tokens, and the cache multipliers on the input price."""
+
+    input_per_mtok: float = Field(0.0, ge=0)
+    output_per_mtok: float = Field(0.0, ge=0)
+    cache_write_5m: float = Field(1.25, ge=0)
+    cache_write_1h: float = Field(2.0, ge=0)
+    cache_read: float = Field(0.1, ge=0)
+
+
+class EmulatorTarget(_Strict):
+    scenario: str | None = Field(None, description="scenario TOML file; built-in defaults when unset")
+
+
+class TargetConfig(_Strict):
+    name: str = ""
+    protocol: Literal["anthropic", "openai"]
+    base_url: str | None = Field(None, description="e.g. https://api.anthropic.com; unset for the emulator")
+    model: str
+    api_key_env: str | None = Field(None, description="name of the environment variable holding the key")
+    headers: dict[str, str] = Field(default_factory=dict)
+    max_concurrency: int = Field(512, ge=1)
+    requests_per_second: float | None = Field(None, gt=0)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    pricing: Pricing | None = None
+    emulator: EmulatorTarget | None = None
+    # Hosted APIs want these; compatible servers ignore them.
+    anthropic_version: str = "2023-06-01"
+
+    @field_validator("headers")
+    @classmethod
+    def _no_secret_headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        for key in headers:
+            if key.lower() in ("authorization", "x-api-key", "api-key"):
+                raise ValueError(f"put the key in an environment variable and name it in api_key_env, "
+                                 f"not in headers.{key}")
+        return headers
+
+    @model_validator(mode="after")
+    def _needs_url(self) -> "TargetConfig":
+        if self.emulator is None and not self.base_url:
+            raise ValueError("base_url is required (or set [targets.NAME.emulator] for the bundled emulator)")
+        return self
+
+    @property
+    def is_emulator(self) -> bool:
+        return self.emulator is not None
+
+    def api_key(self, source: str) -> str | None:
+        """The key from the environment; a named but unset variable is a configuration error."""
+        if not self.api_key_env:
+            return None
+        value = os.environ.get(self.api_key_env)
+        if not value:
+            raise ConfigError(f"{source}: targets.{self.name}.api_key_env: environment variable "
+                              f"{self.api_key_env} is not set")
+        return value
+
+
+class Budget(_Strict):
+    max_requests: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, description="input plus output tokens, as reported")
+
+
+class RunnerConfig(_Strict):
+    max_retries: int = Field(3, ge=0)
+    backoff_base: float = Field(0.5, gt=0, description="first retry delay in seconds; doubles each time")
+    backoff_max: float = Field(30.0, gt=0)
+    retry_after_max: float = Field(120.0, gt=0, description="a longer retry-after is not waited for")
+    error_rate_ceiling: float = Field(0.5, ge=0, le=1,
+                                      description="a run whose final error share is above this exits 3")
+    budget: Budget = Field(default_factory=Budget)
+    max_output_chars: int = Field(65536, ge=0, description="output text stored per sample")
+    conformance: Literal["all", "off"] = "all"
+    progress: bool = True
+
+
+class StoreConfig(_Strict):
+    url: str = "sqlite:///prober.db"
+
+
+class ProberConfig(_Strict):
+    targets: dict[str, TargetConfig] = Field(default_factory=dict)
+    runner: RunnerConfig = Field(default_factory=RunnerConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    suite_paths: list[str] = Field(default_factory=list, description="directories searched before the built-ins")
+    source: str = Field("<built-in defaults>", exclude=True)
+
+    @model_validator(mode="after")
+    def _name_targets(self) -> "ProberConfig":
+        for name, target in self.targets.items():
+            target.name = name
+        return self
+
+    def target(self, name: str) -> TargetConfig:
+        try:
+            return self.targets[name]
+        except KeyError:
+            known = ", ".join(sorted(self.targets)) or "none"
+            raise ConfigError(f"{self.source}: unknown target {name!r} (configured: {known})") from None
+
+    def hash(self) -> str:
+        """A stable hash of the effective configuration, stored with each run."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def default_config() -> ProberConfig:
+    """What applies with no config file: the local llama-server and the in-process emulator."""
+    return ProberConfig.model_validate({
+        "targets": {
+            "local": {"protocol": "openai", "base_url": f"http://127.0.0.1:{LOCAL_PORT}",
+                      "model": "SmolLM2-135M-Instruct", "max_concurrency": 64},
+            "emulator": {"protocol": "anthropic", "model": "emulator-1", "emulator": {}},
+        },
+    })
+
+
+def _format_location(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> ProberConfig:
+    """Load and validate a config file; with no path, ./prober.toml if present, else the defaults."""
+    if path is None:
+        candidate = Path(DEFAULT_CONFIG_NAME)
+        if not candidate.exists():
+            return default_config()
+        path = candidate
+    path = Path(path)
+    source = str(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: TOML syntax error: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{source}: cannot read: {exc}") from None
+    try:
+        config = ProberConfig.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = _format_location(first["loc"])
+        message = first["msg"]
+        if first["type"] == "extra_forbidden":
+            message = "unknown key"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ConfigError(f"{source}: {key}: {message}{more}") from None
+    config.source = source
+    return config

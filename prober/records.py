@@ -1,0 +1,180 @@
+"""The records every layer shares: what a probe asks for, what came back, and what gets stored.
+
+A probe describes a request in protocol-neutral terms (`ChatRequest`); a target adapter turns it
+into wire bytes and returns an `Exchange`; the runner wraps the Exchange into a `Sample` with the
+run's labels and hands it to the store. Summaries come back as `Metric` rows.
+
+Times: `*_ns` fields are `time.perf_counter_ns()` readings (monotonic, for durations); the one
+wall-clock field is `Exchange.started_at` (UTC). `Exchange.offsets_ms()` turns the monotonic
+readings into milliseconds since the request started, which is what gets stored.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Protocol = Literal["anthropic", "openai"]
+
+# Error types a failed Exchange can carry (DESIGN.md, "Errors and exit codes").
+ERROR_TYPES = (
+    "rate_limited",   # 429
+    "overloaded",     # 529, or 503 "overloaded"
+    "server_error",   # other 5xx, or an error event after HTTP 200
+    "timeout",        # connect, read or total timeout
+    "connection",     # refused, reset, closed before or during the response
+    "protocol",       # malformed HTTP, SSE or JSON; a stream that ended without its terminal event
+    "bad_request",    # 400, 404, 413, 422 and other 4xx not listed here
+    "auth",           # 401, 403
+    "budget",         # the run's budget was exhausted before this request could be sent
+)
+
+# Response headers worth keeping: request ids, rate-limit state, retry hints, server identity.
+KEPT_HEADER_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
+KEPT_HEADERS = ("request-id", "x-request-id", "retry-after", "retry-after-ms", "server",
+                "openai-processing-ms", "openai-version", "x-should-retry", "content-type")
+
+
+@dataclass
+class ChatRequest:
+    """A protocol-neutral chat request, as a probe describes it.
+
+    `messages` use the Anthropic/OpenAI common shape: {"role": "user"|"assistant", "content": str
+    or a list of protocol-specific blocks}. `sampling` holds every sampling parameter the probe
+    relies on (temperature, top_p, seed, frequency_penalty, ...); the adapter sends each one
+    explicitly under the protocol's name for it. `extra` is merged last into the request body, for
+    protocol-specific fields (cache_control on system blocks, prompt_cache_key, ...).
+    """
+
+    messages: list[dict[str, Any]]
+    max_tokens: int = 128
+    system: str | list[dict[str, Any]] | None = None
+    stream: bool = True
+    sampling: dict[str, Any] = field(default_factory=dict)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    # {"name": ..., "schema": {...}, "strict": bool} -> response_format (OpenAI) / output_config (Anthropic)
+    json_schema: dict[str, Any] | None = None
+    json_object: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Exchange:
+    """One request and what came back (DESIGN.md, "Core records")."""
+
+    protocol: Protocol
+    url: str
+    request_body: dict[str, Any]
+    request_headers: dict[str, str]          # already redacted: no API keys
+    started_at: dt.datetime                  # UTC wall clock, just before the request bytes are written
+    start_ns: int                            # perf_counter_ns at the same moment
+    stream: bool = True
+    status: int | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+    request_id: str | None = None
+    system_fingerprint: str | None = None
+    response_model: str | None = None
+    text: str = ""
+    # Structured output: tool_use inputs (Anthropic) or tool_calls (OpenAI), as parsed JSON or raw text.
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str | None = None
+    # Usage exactly as the wire reported it: a field that was absent stays absent.
+    usage: dict[str, Any] | None = None
+    headers_ns: int | None = None
+    first_byte_ns: int | None = None
+    first_token_ns: int | None = None
+    chunk_ns: list[int] = field(default_factory=list)      # each content-bearing chunk's arrival
+    chunk_chars: list[int] = field(default_factory=list)   # characters of content in each such chunk
+    end_ns: int | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    attempt: int = 1
+    # Non-conformance against the official SDK types, and other wire oddities; never fatal.
+    findings: list[str] = field(default_factory=list)
+    # Parameters the endpoint rejected and the adapter retried without (e.g. temperature on Opus 4.7).
+    rejected_params: list[str] = field(default_factory=list)
+    # Parsed wire payloads (SSE event data or the JSON body), kept in memory for conformance checks.
+    raw_events: list[tuple[str | None, Any]] = field(default_factory=list, repr=False)
+    extra: dict[str, Any] = field(default_factory=dict)    # protocol-specific leftovers (timings, logprobs)
+
+    @property
+    def ok(self) -> bool:
+        return self.error_type is None
+
+    def _offset(self, ns: int | None) -> float | None:
+        return None if ns is None else (ns - self.start_ns) / 1e6
+
+    @property
+    def ttft_ms(self) -> float | None:
+        return self._offset(self.first_token_ns)
+
+    @property
+    def e2e_ms(self) -> float | None:
+        return self._offset(self.end_ns)
+
+    def itl_ms(self) -> list[float]:
+        """Gaps between consecutive content-bearing chunks, in milliseconds."""
+        return [(b - a) / 1e6 for a, b in zip(self.chunk_ns, self.chunk_ns[1:])]
+
+    def offsets_ms(self) -> dict[str, Any]:
+        return {
+            "headers_ms": self._offset(self.headers_ns),
+            "first_byte_ms": self._offset(self.first_byte_ns),
+            "ttft_ms": self.ttft_ms,
+            "end_ms": self.e2e_ms,
+            "chunk_offsets_ms": [round((ns - self.start_ns) / 1e6, 3) for ns in self.chunk_ns],
+        }
+
+
+@dataclass
+class Sample:
+    """An Exchange as stored: with the run, target, probe, case and parameter labels."""
+
+    run_id: str
+    target: str
+    probe: str
+    case: str
+    labels: dict[str, Any]
+    exchange: Exchange
+
+
+@dataclass
+class Metric:
+    run_id: str
+    target: str
+    probe: str
+    name: str
+    value: float | None
+    labels: dict[str, Any] = field(default_factory=dict)
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: int | None = None
+    unit: str | None = None
+
+
+RunStatus = Literal["running", "complete", "interrupted", "failed"]
+
+
+@dataclass
+class Run:
+    id: str
+    suite: str
+    started_at: dt.datetime
+    prober_version: str
+    config_hash: str
+    host: str
+    pid: int
+    status: RunStatus = "running"
+    finished_at: dt.datetime | None = None
+    targets: list[str] = field(default_factory=list)
+    # Event-loop lag seen by the client during the run (ms): p50, p99, max, and whether latency
+    # results should be distrusted because the client itself was saturated.
+    loop_lag: dict[str, Any] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+

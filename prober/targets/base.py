@@ -1,0 +1,29 @@
+"""The interface every protocol adapter implements."""
+
+from __future__ import annotations
+
+import abc
+
+from prober.config import TargetConfig
+from prober.records import ChatRequest, Exchange
+
+
+class TargetAdapter(abc.ABC):
+    protocol: str
+
+    def __init__(self, target: TargetConfig, base_url: str, api_key: str | None) -> None:
+        self.target = target
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key   # never copied into an Exchange, a log line or an error message
+
+    @abc.abstractmethod
+    async def send(self, request: ChatRequest, attempt: int = 1) -> Exchange:
+        """Send one request; return what happened. Never raises for endpoint failures."""
+
+    async def count_tokens(self, request: ChatRequest) -> int | None:
+        """Input tokens of a request, where the endpoint can count them; None otherwise."""
+        return None
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Close pooled connections."""
