@@ -138,6 +138,10 @@ class Sample:
     case: str
     labels: dict[str, Any]
     exchange: Exchange
+    # Retries are data: every attempt is a Sample. `request_index` groups the attempts of one
+    # logical request within a run; `final` marks the attempt whose outcome counts.
+    request_index: int = 0
+    final: bool = True
 
 
 @dataclass

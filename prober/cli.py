@@ -1,0 +1,280 @@
+"""The `prober` command: a thin shell over the runner, the store and the local endpoint."""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from typer._click.exceptions import ClickException  # typer vendors click; its usage errors
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from prober.config import load_config
+from prober.errors import ConfigError, ProberError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
+                  help="Black-box conformance and drift prober for LLM APIs.")
+local_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                        help="Manage the local llama-server endpoint (SmolLM2-135M-Instruct).")
+app.add_typer(local_app, name="local")
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+ConfigOption = Annotated[Optional[Path], typer.Option("--config", "-c", help="prober.toml to use "
+                         "(default: ./prober.toml if present, else built-in targets local and emulator)")]
+DbOption = Annotated[Optional[str], typer.Option("--db", help="store URL, overriding the config's [store] url")]
+
+
+def _config(path: Path | None, db: str | None = None):
+    config = load_config(path)
+    if db:
+        config.store.url = db
+    return config
+
+
+def _parse_param(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise ConfigError(f"--param {text!r}: expected KEY=VALUE")
+    key, raw = text.split("=", 1)
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw   # a bare word is a string
+    return key.strip(), value
+
+
+@app.command()
+def run(
+    suite: Annotated[str, typer.Option("--suite", "-s", help="suite name (see `prober suites`)")],
+    target: Annotated[Optional[list[str]], typer.Option("--target", "-t", help="target name; repeatable; "
+                                                        "default: every configured target")] = None,
+    param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="override a probe "
+                                                       "parameter, KEY=VALUE (TOML value); repeatable")] = None,
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Run a suite against targets and store every sample.
+
+    Example: prober run --suite latency --target local
+
+    Exit codes: 0 all SLOs held; 1 an SLO broke or drift was detected; 2 usage or configuration
+    error; 3 the run could not complete (unreachable endpoint, error ceiling, budget, interrupted).
+    """
+    cfg = _config(config, db)
+    overrides = dict(_parse_param(p) for p in (param or []))
+    from prober.runner import Runner
+
+    result = Runner(cfg, err).run(suite, target or None, overrides)
+    _print_metrics(result.metrics, title=f"run {result.run_id} ({result.status})")
+    for problem in result.problems:
+        err.print(f"problem: {escape(problem)}")
+    err.print(f"{result.samples} samples stored in {escape(cfg.store.url)}; run id {result.run_id}")
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def suites(config: ConfigOption = None) -> None:
+    """List the suites on the search path.
+
+    Example: prober suites
+    """
+    from suites.loader import available_suites, load_suite
+
+    cfg = _config(config)
+    table = Table("suite", "probes", "description", "file")
+    for name, path in available_suites(cfg.suite_paths).items():
+        suite = load_suite(name, cfg.suite_paths)
+        table.add_row(name, ", ".join(dict.fromkeys(e.probe.name for e in suite.entries)),
+                      escape(suite.description), escape(str(path)))
+    out.print(table)
+
+
+@app.command()
+def targets(config: ConfigOption = None) -> None:
+    """List the configured targets.
+
+    Example: prober targets --config prober.toml
+    """
+    cfg = _config(config)
+    table = Table("target", "protocol", "base_url", "model", "api key from", "max concurrency")
+    for name, t in cfg.targets.items():
+        table.add_row(name, t.protocol, "(in-process emulator)" if t.is_emulator else escape(t.base_url or ""),
+                      escape(t.model), t.api_key_env or "-", str(t.max_concurrency))
+    out.print(table)
+
+
+@app.command()
+def runs(
+    limit: Annotated[int, typer.Option(help="how many runs")] = 20,
+    suite: Annotated[Optional[str], typer.Option(help="only this suite")] = None,
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """List recent runs with their status and sample counts.
+
+    Example: prober runs --limit 5
+    """
+    from store import Store
+
+    cfg = _config(config, db)
+    store = Store.open(cfg.store.url)
+    try:
+        store.mark_stale_runs_interrupted()
+        rows = store.list_runs(limit=limit, suite=suite)
+    finally:
+        store.close()
+    table = Table("run", "suite", "started (UTC)", "status", "targets", "samples", "errors")
+    for r in rows:
+        table.add_row(r["id"], escape(r["suite"]), r["started_at"].strftime("%Y-%m-%d %H:%M:%S"), r["status"],
+                      escape(", ".join(r.get("targets") or [])), str(r.get("sample_count", 0)),
+                      str(r.get("error_count", 0)))
+    out.print(table)
+
+
+@app.command()
+def show(
+    run_id: Annotated[str, typer.Argument(help="run id or a unique prefix of one")],
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Show a run's metrics as a table.
+
+    Example: prober show 3f2a9c
+    """
+    from prober.records import Metric
+    from store import Store
+
+    cfg = _config(config, db)
+    store = Store.open(cfg.store.url)
+    try:
+        found = store.get_run(run_id)
+        if found is None:
+            raise ConfigError(f"no run with id {run_id!r} in {cfg.store.url}")
+        rows = store.metrics(found["id"])
+    finally:
+        store.close()
+    metrics = [Metric(**{k: r[k] for k in ("run_id", "target", "probe", "name", "value", "labels", "ci_low",
+                                           "ci_high", "n", "unit")}) for r in rows]
+    _print_metrics(metrics, title=f"run {found['id']}: {found['suite']} ({found['status']})")
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def _print_metrics(metrics, title: str) -> None:
+    table = Table("target", "probe", "metric", "labels", "value", "95% CI", "n", "unit", title=escape(title))
+    for m in metrics:
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(m.labels.items()))
+        ci = f"{_fmt(m.ci_low)} .. {_fmt(m.ci_high)}" if m.ci_low is not None else ""
+        table.add_row(escape(m.target), m.probe, m.name, escape(labels), _fmt(m.value), ci,
+                      "" if m.n is None else str(m.n), m.unit or "")
+    out.print(table)
+
+
+@app.command()
+def init(
+    path: Annotated[Path, typer.Option("--path", help="where to write the file")] = Path("prober.toml"),
+    force: Annotated[bool, typer.Option("--force", help="overwrite an existing file")] = False,
+) -> None:
+    """Write a commented example prober.toml (Anthropic, OpenAI, vLLM, the local endpoint, the emulator).
+
+    Example: prober init && prober targets
+    """
+    if path.exists() and not force:
+        raise ConfigError(f"{path}: already exists (use --force to overwrite)")
+    example = Path(__file__).parent / "data" / "example.toml"
+    path.write_text(example.read_text())
+    out.print(f"wrote {escape(str(path))}")
+
+
+@app.command()
+def emulate(
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8090,
+    scenario: Annotated[Optional[Path], typer.Option(help="scenario TOML (default: built-in)")] = None,
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+) -> None:
+    """Serve the emulator (Anthropic /v1/messages and OpenAI /v1/chat/completions) until Ctrl-C.
+
+    Example: prober emulate --port 8090 --scenario slow.toml
+    """
+    from prober.emulator import serve
+
+    serve(host, port, str(scenario) if scenario else None)
+
+
+@local_app.command("start")
+def local_start(
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8080,
+    slots: Annotated[Optional[int], typer.Option("--slots", "-np", help="llama-server -np (default: "
+                                                 "its auto setting, 4 slots with a unified KV cache)")] = None,
+    ctx_size: Annotated[Optional[int], typer.Option("--ctx-size", "-c", help="llama-server -c")] = None,
+) -> None:
+    """Install (first time: about 5 minutes) and start llama-server with SmolLM2-135M-Instruct.
+
+    Example: prober local start --port 8080 --slots 8
+    """
+    from prober import local
+
+    info = local.start(port=port, slots=slots, ctx_size=ctx_size)
+    out.print(f"llama-server running: pid {info.pid}, {info.base_url}, log {escape(info.log)}")
+
+
+@local_app.command("stop")
+def local_stop(port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8080) -> None:
+    """Stop the llama-server started by `prober local start`.
+
+    Example: prober local stop
+    """
+    from prober import local
+
+    out.print("stopped" if local.stop(port) else f"no llama-server started by prober on port {port}")
+
+
+@local_app.command("status")
+def local_status(port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8080) -> None:
+    """Tell whether the local llama-server is running and healthy (exit 1 if not).
+
+    Example: prober local status
+    """
+    from prober import local
+
+    info = local.status(port)
+    if info is None:
+        out.print(f"not running (port {port})")
+        raise typer.Exit(1)
+    state = "healthy" if local.healthy(port) else "not healthy"
+    out.print(f"running, {state}: pid {info.pid}, {info.base_url}, log {escape(info.log)}")
+    if state != "healthy":
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    """Entry point: user-facing errors become one line and an exit code, never a traceback."""
+    try:
+        code = app(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
+    except ProberError as exc:
+        err.print(f"error: {escape(str(exc))}")
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        err.print("aborted")
+        sys.exit(3)
+    except ClickException as exc:  # usage errors arrive here with standalone_mode=False
+        exc.show()
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

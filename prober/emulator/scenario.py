@@ -1,0 +1,105 @@
+"""Scenario: what the emulator does, set in a TOML file or in code.
+
+Top-level keys set timing, slots and models; the `[faults]` table sets fault rates. Unknown keys
+are errors, reported as one line naming the file and the key (`ConfigError`), like prober.toml.
+
+    first_token_delay_ms = 20
+    decode_tokens_per_s = 200
+    slots = 8
+    [faults]
+    rate_limit = 0.05
+    retry_after_s = 1
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from prober.errors import ConfigError
+
+FaultKind = Literal[
+    "rate_limit",        # 429 with retry-after, before any work
+    "overloaded",        # 529 (Anthropic) / 503 (OpenAI), before any work
+    "server_error",      # 500, before any work
+    "drop_mid_stream",   # TCP connection closed after `after_tokens` content tokens
+    "malformed_sse",     # a truncated-JSON event after `after_tokens` tokens, then continue or close
+    "stall",             # `stall_s` of silence after `after_tokens` tokens, then the rest
+    "mid_stream_error",  # HTTP 200, then an in-stream error event after `after_tokens` tokens
+]
+FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
+
+
+class _Strict(BaseModel):
+    # A typo in a scenario must fail loudly, and a running emulator's scenario never changes.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Faults(_Strict):
+    """Per-request fault probabilities (drawn with a seeded RNG) and the faults' parameters."""
+
+    rate_limit: float = Field(0.0, ge=0, le=1)
+    overloaded: float = Field(0.0, ge=0, le=1)
+    server_error: float = Field(0.0, ge=0, le=1)
+    drop_mid_stream: float = Field(0.0, ge=0, le=1)
+    malformed_sse: float = Field(0.0, ge=0, le=1)
+    stall: float = Field(0.0, ge=0, le=1)
+    mid_stream_error: float = Field(0.0, ge=0, le=1)
+
+    fail_first_n: int = Field(0, ge=0, description="the first N generation requests get fail_first_kind")
+    fail_first_kind: FaultKind = "server_error"
+    retry_after_s: int = Field(1, ge=0, description="retry-after header on 429")
+    stall_s: float = Field(2.0, ge=0)
+    after_tokens: int = Field(3, ge=0, description="content tokens sent before a mid-stream fault strikes")
+    malformed_then: Literal["continue", "close"] = "continue"
+
+    @model_validator(mode="after")
+    def _rates_fit(self) -> "Faults":
+        total = sum(getattr(self, kind) for kind in FAULT_KINDS)
+        if total > 1.0 + 1e-9:
+            raise ValueError(f"fault rates add up to {total:g}, more than 1")
+        return self
+
+    def rate(self, kind: str) -> float:
+        return getattr(self, kind)
+
+
+class Scenario(_Strict):
+    first_token_delay_ms: float = Field(20.0, ge=0, description="fixed delay before prefill, inside the slot")
+    prefill_ms_per_token: float = Field(0.02, ge=0)
+    decode_tokens_per_s: float = Field(200.0, gt=0)
+    output_tokens: int = Field(64, ge=1, description="natural answer length when max_tokens allows it")
+    slots: int = Field(8, ge=1, description="requests served at once; the rest queue FIFO")
+    models: list[str] = Field(default_factory=lambda: ["emulator-1"], min_length=1,
+                              description="listed by /v1/models; any name is accepted in requests")
+    system_fingerprint: str | None = "fp_emulator"
+    seed: int = 0
+    cache_usage_fields: bool = Field(True, description="Anthropic usage carries cache_*_input_tokens")
+    faults: Faults = Field(default_factory=Faults)
+
+
+def load_scenario(path: str | os.PathLike[str] | None = None) -> Scenario:
+    """The scenario in a TOML file, or the built-in defaults when `path` is None."""
+    if path is None:
+        return Scenario()
+    source = str(path)
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: TOML syntax error: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{source}: cannot read: {exc}") from None
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        problem = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ConfigError(f"{source}: {key}: {problem}{more}") from None

@@ -1,0 +1,115 @@
+"""The ProbeContext a probe runs in: one target, one suite entry.
+
+Every request a probe sends passes through `TargetSession.send`, which applies, in order: the
+run budget, the target's concurrency cap and rate limit, the adapter, storage of the attempt, and
+retries with backoff. Probes see only the final attempt; the store sees all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from asyncio_throttle import Throttler
+
+from prober.budget import RunBudget
+from prober.config import RunnerConfig, TargetConfig
+from prober.progress import RunProgress
+from prober.records import ChatRequest, Exchange, Sample
+from prober.retry import retry_delay, should_retry
+from prober.sink import SampleSink
+from prober.targets.base import TargetAdapter
+
+
+@dataclass
+class LoopWindow:
+    """A closed loop's time span, so the client's event-loop lag can be attributed to it."""
+
+    labels: dict[str, Any]
+    start_ns: int
+    end_ns: int
+
+
+@dataclass
+class TargetGate:
+    """Per-target limits shared by every probe that runs against the target in one run."""
+
+    semaphore: asyncio.Semaphore
+    throttler: Throttler | None
+
+    @classmethod
+    def for_target(cls, target: TargetConfig) -> "TargetGate":
+        throttler = None
+        if target.requests_per_second:
+            # asyncio-throttle counts whole requests per period; a fractional rate becomes a longer period.
+            rate = max(1, int(target.requests_per_second))
+            throttler = Throttler(rate_limit=rate, period=rate / target.requests_per_second)
+        return cls(asyncio.Semaphore(target.max_concurrency), throttler)
+
+
+@dataclass
+class TargetSession:
+    run_id: str
+    target: TargetConfig
+    adapter: TargetAdapter
+    gate: TargetGate
+    probe_name: str
+    budget: RunBudget
+    sink: SampleSink
+    settings: RunnerConfig
+    progress: RunProgress
+    request_counter: itertools.count
+    windows: list[LoopWindow] = field(default_factory=list)
+
+    async def send(self, request: ChatRequest, *, case: str, labels: dict[str, Any]) -> Exchange:
+        request_index = next(self.request_counter)
+        attempt = 1
+        while True:
+            self.budget.reserve_request()
+            async with self.gate.semaphore:
+                if self.gate.throttler is not None:
+                    async with self.gate.throttler:
+                        pass
+                exchange = await self.adapter.send(request, attempt=attempt)
+            self.budget.record(exchange)
+            retry = should_retry(exchange, attempt, self.settings.max_retries)
+            delay = None
+            if retry:
+                delay = retry_delay(attempt, exchange.response_headers, base=self.settings.backoff_base,
+                                    cap=self.settings.backoff_max, retry_after_max=self.settings.retry_after_max)
+                retry = delay is not None
+            self.sink.put(Sample(run_id=self.run_id, target=self.target.name, probe=self.probe_name,
+                                 case=case, labels=labels, exchange=exchange,
+                                 request_index=request_index, final=not retry))
+            if not retry:
+                return exchange
+            self.progress.note_retry()
+            await asyncio.sleep(delay)
+            attempt += 1
+
+    async def closed_loop(self, *, concurrency: int, count: int, make_request: Callable[[int], ChatRequest],
+                          case: str, labels: dict[str, Any], title: str) -> list[Exchange]:
+        results: list[Exchange | None] = [None] * count
+        next_index = itertools.count()
+        task_id = self.progress.start_task(f"{self.target.name} {title}", count)
+
+        async def worker() -> None:
+            while (i := next(next_index)) < count:
+                exchange = await self.send(make_request(i), case=case, labels=labels)
+                results[i] = exchange
+                self.progress.advance(task_id, failed=not exchange.ok)
+
+        start = time.perf_counter_ns()
+        workers = [asyncio.create_task(worker()) for _ in range(max(1, min(concurrency, count)))]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for task in workers:
+                task.cancel()
+            self.progress.finish_task(task_id)
+        self.windows.append(LoopWindow(labels=labels, start_ns=start, end_ns=time.perf_counter_ns()))
+        return [r for r in results if r is not None]

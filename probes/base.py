@@ -1,0 +1,80 @@
+"""What a probe family is, and what the runner offers it.
+
+A probe builds requests and decides what its samples mean. It never opens a socket: it sends
+through the `ProbeContext` the runner gives it, which applies the target's rate limit, retries,
+the run budget and progress, and stores every attempt. After the run, `summarize` turns the stored
+sample rows (dicts as returned by `store.Store.samples`) into Metric rows; because it reads stored
+rows, a past run can be re-summarized.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from prober.config import TargetConfig
+from prober.records import ChatRequest, Exchange, Metric
+
+
+class ProbeParams(BaseModel):
+    """Base of every probe's parameter model: unknown keys in a suite file are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProbeContext(Protocol):
+    target: TargetConfig
+    run_id: str
+
+    async def send(self, request: ChatRequest, *, case: str, labels: dict[str, Any]) -> Exchange:
+        """Send one logical request (retried as configured); returns the final attempt."""
+
+    async def closed_loop(self, *, concurrency: int, count: int, make_request: Callable[[int], ChatRequest],
+                          case: str, labels: dict[str, Any], title: str) -> list[Exchange]:
+        """`count` requests with `concurrency` workers, each sending its next request as soon as
+        the previous one finished. `make_request(i)` builds request i. The runner records the
+        client's event-loop lag over the loop's duration and reports it with the same labels."""
+
+
+class Probe(abc.ABC):
+    name: ClassVar[str]
+    version: ClassVar[int] = 1
+    Params: ClassVar[type[ProbeParams]]
+
+    @abc.abstractmethod
+    async def run(self, ctx: ProbeContext, params: ProbeParams) -> None:
+        """Sample the endpoint; every Exchange goes to the store through ctx."""
+
+    @abc.abstractmethod
+    def summarize(self, samples: Sequence[dict[str, Any]], params: ProbeParams, *, run_id: str,
+                  target: str) -> list[Metric]:
+        """Turn stored samples of one target into metrics."""
+
+
+_REGISTRY: dict[str, type[Probe]] = {}
+
+
+def register(cls: type[Probe]) -> type[Probe]:
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def get_probe(name: str) -> Probe:
+    _load_builtin_probes()
+    try:
+        return _REGISTRY[name]()
+    except KeyError:
+        raise KeyError(f"unknown probe {name!r} (available: {', '.join(sorted(_REGISTRY))})") from None
+
+
+def probe_names() -> list[str]:
+    _load_builtin_probes()
+    return sorted(_REGISTRY)
+
+
+def _load_builtin_probes() -> None:
+    # Imported here, not at module load, so that `probes.base` has no import cycle with the families.
+    import probes.latency  # noqa: F401

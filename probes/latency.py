@@ -1,0 +1,172 @@
+"""Latency: a closed-loop concurrency sweep measuring TTFT, ITL, end-to-end time and throughput.
+
+Each level runs `warmup` requests (stored, labelled phase=warmup, not summarized), then
+`requests_per_level` measured ones with `concurrency` requests in flight. Every prompt starts with
+a nonce so that no prefix cache can flatter the numbers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from prober import stats
+from prober.records import ChatRequest, Metric
+from probes.base import Probe, ProbeContext, ProbeParams, register
+from probes.prompts import filler_words, nonce
+
+
+class LatencyParams(ProbeParams):
+    levels: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
+    requests_per_level: int = Field(32, ge=1)
+    warmup: int = Field(2, ge=0, description="requests per level sent first and left out of the metrics")
+    input_tokens: int = Field(128, ge=0, description="approximate prompt length in tokens")
+    max_tokens: int = Field(64, ge=1)
+    temperature: float = 0.0
+    # Goodput: a request counts when it succeeded, its TTFT is within the first threshold and its
+    # mean inter-token gap within the second (a per-request TPOT, as in DistServe's definition).
+    ttft_threshold_ms: float = Field(2000.0, gt=0)
+    itl_threshold_ms: float = Field(200.0, gt=0)
+
+    @field_validator("levels")
+    @classmethod
+    def _positive_sorted(cls, levels: list[int]) -> list[int]:
+        if not levels or any(level < 1 for level in levels):
+            raise ValueError("levels must be a non-empty list of positive integers")
+        return sorted(set(levels))
+
+
+def output_tokens(row: dict[str, Any]) -> int:
+    """Output tokens as the wire reported them; the count of content chunks when it did not."""
+    usage = row.get("usage") or {}
+    for key in ("output_tokens", "completion_tokens"):
+        if isinstance(usage.get(key), int):
+            return usage[key]
+    return len(row.get("chunk_offsets_ms") or [])
+
+
+def request_itl_ms(row: dict[str, Any]) -> list[float]:
+    offsets = row.get("chunk_offsets_ms") or []
+    return [b - a for a, b in zip(offsets, offsets[1:])]
+
+
+@register
+class LatencyProbe(Probe):
+    name = "latency"
+    version = 1
+    Params = LatencyParams
+
+    async def run(self, ctx: ProbeContext, params: LatencyParams) -> None:  # type: ignore[override]
+        filler = filler_words(params.input_tokens)
+
+        def make_request(_: int) -> ChatRequest:
+            return ChatRequest(
+                messages=[{"role": "user", "content": f"[{nonce()}] {filler}\n\nWrite a short story."}],
+                max_tokens=params.max_tokens,
+                stream=True,
+                sampling={"temperature": params.temperature},
+            )
+
+        for level in params.levels:
+            if params.warmup:
+                await ctx.closed_loop(concurrency=min(level, params.warmup), count=params.warmup,
+                                      make_request=make_request, case="sweep",
+                                      labels={"concurrency": level, "phase": "warmup"},
+                                      title=f"latency c={level} warm-up")
+            await ctx.closed_loop(concurrency=level, count=params.requests_per_level,
+                                  make_request=make_request, case="sweep",
+                                  labels={"concurrency": level, "phase": "measure"},
+                                  title=f"latency c={level}")
+
+    def summarize(self, samples: Sequence[dict[str, Any]], params: LatencyParams, *,  # type: ignore[override]
+                  run_id: str, target: str) -> list[Metric]:
+        by_level: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for row in samples:
+            labels = row.get("labels") or {}
+            if row.get("probe") == self.name and labels.get("phase") == "measure" and row.get("final", True):
+                by_level[int(labels["concurrency"])].append(row)
+
+        metrics: list[Metric] = []
+
+        def add(name: str, value: float | None, level: int, n: int, unit: str | None,
+                ci: tuple[float | None, float | None] = (None, None)) -> None:
+            metrics.append(Metric(run_id=run_id, target=target, probe=self.name, name=name, value=value,
+                                  labels={"concurrency": level}, ci_low=ci[0], ci_high=ci[1], n=n, unit=unit))
+
+        ttft_p50_by_level: dict[int, float] = {}
+        for level in sorted(by_level):
+            rows = by_level[level]
+            ok = [r for r in rows if not r.get("error_type")]
+            n_all, n_ok = len(rows), len(ok)
+            ttft = [r["ttft_ms"] for r in ok if r.get("ttft_ms") is not None]
+            headers = [r["headers_ms"] for r in ok if r.get("headers_ms") is not None]
+            e2e = [r["end_ms"] for r in ok if r.get("end_ms") is not None]
+            itl = [gap for r in ok for gap in request_itl_ms(r)]
+            for q in (50, 90, 99):
+                add(f"ttft_p{q}_ms", stats.percentile(ttft, q), level, len(ttft), "ms")
+            add("headers_p50_ms", stats.percentile(headers, 50), level, len(headers), "ms")
+            for q in (50, 99):
+                add(f"itl_p{q}_ms", stats.percentile(itl, q), level, len(itl), "ms")
+                add(f"e2e_p{q}_ms", stats.percentile(e2e, q), level, len(e2e), "ms")
+
+            per_request_tps = []
+            for r in ok:
+                tokens = output_tokens(r)
+                if tokens > 1 and r.get("ttft_ms") is not None and r.get("end_ms"):
+                    decode_s = (r["end_ms"] - r["ttft_ms"]) / 1000
+                    if decode_s > 0:
+                        per_request_tps.append((tokens - 1) / decode_s)
+            add("output_tps_per_request_p50", stats.median(per_request_tps), level, len(per_request_tps),
+                "tokens/s")
+            add("output_tps_total", _total_throughput(ok), level, n_ok, "tokens/s")
+
+            errors = n_all - n_ok
+            share, low, high = stats.proportion(errors, n_all)
+            add("error_rate", share, level, n_all, "ratio", (low, high))
+
+            good = sum(1 for r in ok if _meets_thresholds(r, params))
+            share, low, high = stats.proportion(good, n_all)
+            add("goodput", share, level, n_all, "ratio", (low, high))
+            if ttft:
+                ttft_p50_by_level[level] = stats.percentile(ttft, 50)  # type: ignore[assignment]
+
+        knee = find_knee(ttft_p50_by_level)
+        metrics.append(Metric(run_id=run_id, target=target, probe=self.name, name="knee_concurrency",
+                              value=knee, labels={}, n=len(ttft_p50_by_level), unit="requests"))
+        return metrics
+
+
+def find_knee(ttft_p50_by_level: dict[int, float], factor: float = 2.0) -> float | None:
+    """The lowest level whose TTFT p50 exceeds `factor` times the lowest level's; None if none does."""
+    if not ttft_p50_by_level:
+        return None
+    levels = sorted(ttft_p50_by_level)
+    base = ttft_p50_by_level[levels[0]]
+    for level in levels[1:]:
+        if ttft_p50_by_level[level] > factor * base:
+            return float(level)
+    return None
+
+
+def _meets_thresholds(row: dict[str, Any], params: LatencyParams) -> bool:
+    ttft = row.get("ttft_ms")
+    if ttft is None or ttft > params.ttft_threshold_ms:
+        return False
+    gaps = request_itl_ms(row)
+    return not gaps or sum(gaps) / len(gaps) <= params.itl_threshold_ms
+
+
+def _total_throughput(rows: list[dict[str, Any]]) -> float | None:
+    """Output tokens of all successful requests over the level's wall-clock span."""
+    spans = [(r["started_at"], r["end_ms"]) for r in rows if r.get("started_at") and r.get("end_ms")]
+    if not spans:
+        return None
+    first = min(start for start, _ in spans)
+    last = max(start.timestamp() + end / 1000 for start, end in spans)
+    duration = last - first.timestamp()
+    if duration <= 0:
+        return None
+    return sum(output_tokens(r) for r in rows) / duration

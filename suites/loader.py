@@ -1,0 +1,118 @@
+"""Suite files: which probes run, with which parameters. Suites may include other suites.
+
+A suite is looked up by name in the user's suite paths first, then among the built-in files next
+to this module. Every error names the file and the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from prober.errors import ConfigError
+from probes.base import Probe, ProbeParams, get_probe
+
+BUILTIN_DIR = Path(__file__).parent
+_SUITE_KEYS = {"description", "include", "probes"}
+_ENTRY_KEYS = {"probe", "params"}
+
+
+@dataclass
+class SuiteEntry:
+    suite: str          # the suite file the entry came from
+    probe: Probe
+    params: ProbeParams
+
+
+@dataclass
+class Suite:
+    name: str
+    description: str
+    path: Path
+    entries: list[SuiteEntry]
+
+
+def search_dirs(user_paths: list[str]) -> list[Path]:
+    return [Path(p).expanduser() for p in user_paths] + [BUILTIN_DIR]
+
+
+def available_suites(user_paths: list[str]) -> dict[str, Path]:
+    """Suite name -> file; a user's file shadows a built-in of the same name."""
+    found: dict[str, Path] = {}
+    for directory in reversed(search_dirs(user_paths)):
+        if directory.is_dir():
+            for path in sorted(directory.glob("*.toml")):
+                found[path.stem] = path
+    return dict(sorted(found.items()))
+
+
+def load_suite(name: str, user_paths: list[str], overrides: dict[str, Any] | None = None) -> Suite:
+    """Resolve a suite and its includes into a flat list of (probe, validated params).
+
+    `overrides` are parameter values applied to every entry whose probe accepts them (used by
+    `prober run --param key=value`).
+    """
+    suites = available_suites(user_paths)
+    entries: list[SuiteEntry] = []
+    description = _resolve(name, suites, entries, stack=[], overrides=overrides or {})
+    return Suite(name=name, description=description, path=suites[name], entries=entries)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: TOML syntax error: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+
+
+def _resolve(name: str, suites: dict[str, Path], entries: list[SuiteEntry], stack: list[str],
+             overrides: dict[str, Any]) -> str:
+    if name not in suites:
+        known = ", ".join(suites) or "none"
+        where = f"{suites[stack[-1]]}: include: " if stack else ""
+        raise ConfigError(f"{where}unknown suite {name!r} (available: {known})")
+    if name in stack:
+        raise ConfigError(f"{suites[name]}: include: cycle {' -> '.join(stack + [name])}")
+    path = suites[name]
+    data = _read(path)
+    unknown = set(data) - _SUITE_KEYS
+    if unknown:
+        raise ConfigError(f"{path}: {sorted(unknown)[0]}: unknown key")
+    includes = data.get("include", [])
+    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
+        raise ConfigError(f"{path}: include: must be a list of suite names")
+    for included in includes:
+        _resolve(included, suites, entries, stack + [name], overrides)
+    probes = data.get("probes", [])
+    if not isinstance(probes, list):
+        raise ConfigError(f"{path}: probes: must be an array of tables ([[probes]])")
+    for index, raw in enumerate(probes):
+        where = f"{path}: probes[{index}]"
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where}: must be a table")
+        unknown = set(raw) - _ENTRY_KEYS
+        if unknown:
+            raise ConfigError(f"{where}.{sorted(unknown)[0]}: unknown key")
+        try:
+            probe = get_probe(str(raw.get("probe")))
+        except KeyError as exc:
+            raise ConfigError(f"{where}.probe: {exc.args[0]}") from None
+        params_raw = dict(raw.get("params", {}))
+        for key, value in overrides.items():
+            if key in probe.Params.model_fields:
+                params_raw[key] = value
+        try:
+            params = probe.Params.model_validate(params_raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            key = ".".join(str(p) for p in first["loc"])
+            message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+            raise ConfigError(f"{where}.params.{key}: {message}") from None
+        entries.append(SuiteEntry(suite=name, probe=probe, params=params))
+    return str(data.get("description", ""))
