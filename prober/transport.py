@@ -1,0 +1,612 @@
+"""A minimal HTTP/1.1 client on plain asyncio, for the adapters' hot path.
+
+Why not httpx or aiohttp: at a few hundred concurrent streams on 2 cores the client's own CPU cost
+per request decides the measured TTFT (reference/measured-here.md); a protocol object that parses
+straight out of one receive buffer stays within milliseconds where httpx adds seconds.
+
+What it does, and no more: one origin per `HTTPTransport`; requests written in one piece;
+responses framed by Content-Length, chunked transfer coding or connection close; a LIFO keep-alive
+pool bounded by `max_connections` (in-flight requests wait for a slot, the wait is reported);
+connect, read (idle) and total timeouts; arrival timestamps taken in `data_received`, so that a
+busy consumer does not shift them.
+
+Connection reuse rules (llama-server closes a keep-alive connection after a streamed response
+without saying so): a connection goes back to the pool only if its response was read to the end,
+the server did not send `Connection: close`, and nothing else arrived after the response. A pooled
+connection that fails before a single response byte arrives is retried once on a fresh connection;
+that is safe for POST because the server cannot have produced anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import ssl
+from collections import deque
+from time import perf_counter_ns
+from typing import NamedTuple
+from urllib.parse import urlsplit
+
+from prober.config import Timeouts
+
+_MAX_HEAD = 64 * 1024            # response header block
+_HIGH_WATER = 1 << 20            # pause reading when this much is buffered and unconsumed
+_USER_AGENT = "prober/0.1"
+
+
+class TransportError(Exception):
+    """A request that failed below HTTP: `kind` is `connection`, `timeout` or `protocol`.
+
+    `before_response` is true when not a single response byte had arrived, which is what makes a
+    failure on a reused connection safe to retry.
+    """
+
+    def __init__(self, kind: str, message: str, *, before_response: bool = False) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.before_response = before_response
+
+
+class Origin(NamedTuple):
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def host_header(self) -> str:
+        default = 443 if self.scheme == "https" else 80
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port == default else f"{host}:{self.port}"
+
+
+def split_url(url: str) -> tuple[Origin, str]:
+    """`https://h:1/a/b` -> (Origin('https', 'h', 1), '/a/b'); the path has no trailing slash."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    port = parts.port or (443 if scheme == "https" else 80)
+    return Origin(scheme, parts.hostname, port), parts.path.rstrip("/")
+
+
+def build_head(method: str, path: str, origin: Origin, headers: dict[str, str]) -> bytes:
+    """The request line and headers up to (not including) Content-Length and the blank line.
+    Built once per endpoint: only the length changes between requests."""
+    lines = [f"{method} {path} HTTP/1.1", f"host: {origin.host_header}", f"user-agent: {_USER_AGENT}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    return ("\r\n".join(lines) + "\r\n").encode("latin-1")
+
+
+_ssl_context: ssl.SSLContext | None = None
+
+
+def default_ssl_context() -> ssl.SSLContext:
+    """The system trust store, or certifi's when the system has none."""
+    global _ssl_context
+    if _ssl_context is None:
+        context = ssl.create_default_context()
+        if not context.cert_store_stats().get("x509_ca"):
+            try:
+                import certifi
+                context.load_verify_locations(certifi.where())
+            except ImportError:
+                pass
+        context.set_alpn_protocols(["http/1.1"])
+        _ssl_context = context
+    return _ssl_context
+
+
+class _Connection(asyncio.Protocol):
+    """One socket: a receive buffer, the arrival time of the latest bytes, and the timers."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.recv_ns = 0                       # arrival of the latest data, or when a request was armed
+        self.eof = False
+        self.error: TransportError | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.connect_ns: int | None = None     # time the connect (and TLS handshake) took
+        self._reading_paused = False
+        self._write_waiter: asyncio.Future[None] | None = None
+        self._writing_paused = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._read_timeout_ns = 0
+        self._deadline_ns = 0
+        self._read_timeout_s = 0.0
+        self._total_timeout_s = 0.0
+
+    # asyncio.Protocol -------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self.recv_ns = perf_counter_ns()
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+        if len(self.buf) > _HIGH_WATER and not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._wake()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.eof = True
+        if exc is not None and self.error is None:
+            self.error = TransportError("connection", f"connection lost: {exc}")
+        self._cancel_timer()
+        self._wake()
+        if self._write_waiter is not None and not self._write_waiter.done():
+            self._write_waiter.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        if self._write_waiter is not None and not self._write_waiter.done():
+            self._write_waiter.set_result(None)
+
+    # used by the pool and the response ---------------------------------------------------------
+    @property
+    def usable(self) -> bool:
+        return not self.eof and self.error is None and not self.buf and self.transport is not None \
+            and not self.transport.is_closing()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Wait for more data, end of stream or a failure (the caller checks which)."""
+        if self.error is not None or self.eof:
+            return
+        if self._reading_paused and self.transport is not None:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        waiter = self.loop.create_future()
+        self.waiter = waiter
+        try:
+            await waiter
+        finally:
+            if self.waiter is waiter:
+                self.waiter = None
+
+    async def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+        while self._writing_paused and not self.eof and self.error is None:
+            self._write_waiter = self.loop.create_future()
+            await self._write_waiter
+
+    def arm(self, read_timeout: float, deadline_ns: int) -> None:
+        """Start the read (idle) and total timers for one request. One timer per connection,
+        re-armed lazily: data arrival only updates `recv_ns`, so chunks cost no timer churn."""
+        self.recv_ns = perf_counter_ns()
+        self._read_timeout_s = read_timeout
+        self._read_timeout_ns = int(read_timeout * 1e9)
+        self._deadline_ns = deadline_ns
+        self._schedule(self.recv_ns)
+
+    def _schedule(self, now: int) -> None:
+        due = min(self.recv_ns + self._read_timeout_ns, self._deadline_ns)
+        self._timer = self.loop.call_later(max(due - now, 0) / 1e9, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        now = perf_counter_ns()
+        if now >= self._deadline_ns:
+            self.fail(TransportError("timeout", "total timeout: the request took longer than allowed"))
+        elif now >= self.recv_ns + self._read_timeout_ns:
+            self.fail(TransportError("timeout", f"read timeout: no data for {self._read_timeout_s:g}s"))
+        else:
+            self._schedule(now)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def disarm(self) -> None:
+        self._cancel_timer()
+
+    def fail(self, error: TransportError) -> None:
+        if self.error is None:
+            self.error = error
+        self.close()
+        self._wake()
+
+    def close(self) -> None:
+        self._cancel_timer()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.abort()
+
+
+_HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _UNTIL_CLOSE, _DONE = range(8)
+
+
+class Response:
+    """A response whose head has been read; the body is read with `next_chunk()`, `read()` or
+    `drain()`. `aclose()` must be called (it releases the connection and the pool slot)."""
+
+    __slots__ = ("status", "reason", "http_version", "headers", "start_ns", "started_at",
+                 "headers_ns", "first_byte_ns", "end_ns", "reused", "connect_ns", "pool_wait_ns",
+                 "_conn", "_pool", "_state", "_remaining", "_keep_alive", "_released")
+
+    def __init__(self, conn: _Connection, pool: HTTPTransport, *, reused: bool) -> None:
+        self._conn = conn
+        self._pool = pool
+        self.reused = reused
+        self.connect_ns = None if reused else conn.connect_ns
+        self.status = 0
+        self.reason = ""
+        self.http_version = ""
+        self.headers: dict[str, str] = {}
+        self.start_ns = 0
+        self.started_at: dt.datetime | None = None
+        self.headers_ns = 0
+        self.first_byte_ns: int | None = None
+        self.end_ns: int | None = None          # arrival of the last bytes, once released
+        self.pool_wait_ns = 0
+        self._state = _HEAD
+        self._remaining = 0
+        self._keep_alive = False
+        self._released = False
+
+    @property
+    def last_ns(self) -> int:
+        """Arrival time of the most recent bytes: the timestamp of whatever `next_chunk` returned."""
+        return self._conn.recv_ns
+
+    @property
+    def complete(self) -> bool:
+        return self._state == _DONE
+
+    # head ------------------------------------------------------------------------------------
+    async def _read_head(self, method: str) -> None:
+        conn = self._conn
+        buf = conn.buf
+        while True:
+            scan_from = 0
+            while True:
+                end = buf.find(b"\r\n\r\n", scan_from)
+                if end >= 0:
+                    break
+                if len(buf) > _MAX_HEAD:
+                    raise TransportError("protocol", "response header block too large")
+                scan_from = max(len(buf) - 3, 0)
+                if conn.error is not None:
+                    raise TransportError(conn.error.kind, str(conn.error), before_response=not buf
+                                         and conn.error.kind == "connection")
+                if conn.eof:
+                    raise TransportError("connection", "server closed the connection before sending a "
+                                         "response" if not buf else "connection closed inside the "
+                                         "response headers", before_response=not buf)
+                await conn.wait()
+            self.headers_ns = conn.recv_ns
+            head = bytes(buf[:end])
+            del buf[:end + 4]
+            self._parse_head(head)
+            if self.status >= 200 or self.status == 101:
+                break
+            self.headers = {}       # an interim 1xx response: the real one follows
+        self._frame(method)
+        if buf and self._state != _DONE:
+            self.first_byte_ns = conn.recv_ns
+
+    def _parse_head(self, head: bytes) -> None:
+        lines = head.split(b"\r\n")
+        version, _, rest = lines[0].partition(b" ")
+        code, _, reason = rest.partition(b" ")
+        if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
+            raise TransportError("protocol", f"malformed status line: {lines[0][:100]!r}")
+        self.http_version = version.decode("latin-1")
+        self.status = int(code)
+        self.reason = reason.decode("latin-1")
+        headers = self.headers
+        last = None
+        for line in lines[1:]:
+            if line[:1] in (b" ", b"\t") and last is not None:       # obsolete line folding
+                headers[last] += " " + line.strip().decode("latin-1")
+                continue
+            name, sep, value = line.partition(b":")
+            if not sep:
+                raise TransportError("protocol", f"malformed header line: {line[:100]!r}")
+            key = name.strip().lower().decode("latin-1")
+            text = value.strip().decode("latin-1")
+            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+            last = key
+
+    def _frame(self, method: str) -> None:
+        headers = self.headers
+        connection = headers.get("connection", "").lower()
+        if self.http_version == "HTTP/1.0":
+            self._keep_alive = "keep-alive" in connection
+        else:
+            self._keep_alive = "close" not in connection
+        if method == "HEAD" or self.status in (204, 304) or self.status < 200:
+            self._state = _DONE
+        elif "chunked" in headers.get("transfer-encoding", "").lower():
+            self._state = _CHUNK_SIZE
+        elif "content-length" in headers:
+            values = {v.strip() for v in headers["content-length"].split(",")}
+            if len(values) != 1 or not next(iter(values)).isdigit():
+                raise TransportError("protocol", f"bad content-length: {headers['content-length']!r}")
+            self._remaining = int(values.pop())
+            self._state = _LENGTH if self._remaining else _DONE
+        else:
+            self._state = _UNTIL_CLOSE
+            self._keep_alive = False
+
+    # body ------------------------------------------------------------------------------------
+    def _decode(self) -> bytes:
+        """Take every body byte already buffered (framing removed); b"" when nothing is ready."""
+        buf = self._conn.buf
+        state = self._state
+        if state == _LENGTH:
+            n = min(self._remaining, len(buf))
+            if not n:
+                return b""
+            if n == len(buf):
+                data = bytes(buf)
+                buf.clear()
+            else:
+                data = bytes(buf[:n])
+                del buf[:n]
+            self._remaining -= n
+            if not self._remaining:
+                self._state = _DONE
+            return data
+        if state == _UNTIL_CLOSE:
+            data = bytes(buf)
+            buf.clear()
+            return data
+        pieces: list[bytes] = []
+        while buf:
+            if state == _CHUNK_SIZE:
+                end = buf.find(b"\r\n")
+                if end < 0:
+                    if len(buf) > 1024:
+                        raise TransportError("protocol", "chunk size line too long")
+                    break
+                size_text = bytes(buf[:end]).split(b";", 1)[0].strip()
+                del buf[:end + 2]
+                try:
+                    size = int(size_text, 16)
+                except ValueError:
+                    raise TransportError("protocol", f"bad chunk size: {size_text[:40]!r}") from None
+                if size:
+                    self._remaining = size
+                    state = _CHUNK_DATA
+                else:
+                    state = _TRAILER
+            elif state == _CHUNK_DATA:
+                n = min(self._remaining, len(buf))
+                if n == len(buf):
+                    pieces.append(bytes(buf))
+                    buf.clear()
+                else:
+                    pieces.append(bytes(buf[:n]))
+                    del buf[:n]
+                self._remaining -= n
+                if not self._remaining:
+                    state = _CHUNK_END
+            elif state == _CHUNK_END:
+                if len(buf) < 2:
+                    break
+                if buf[0] != 13 or buf[1] != 10:
+                    raise TransportError("protocol", "chunk not followed by CRLF")
+                del buf[:2]
+                state = _CHUNK_SIZE
+            elif state == _TRAILER:
+                end = buf.find(b"\r\n")
+                if end < 0:
+                    break
+                del buf[:end + 2]
+                if end == 0:
+                    state = _DONE
+                    break
+            else:
+                break
+        self._state = state
+        if not pieces:
+            return b""
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    async def next_chunk(self) -> bytes:
+        """The next body bytes as they arrive (chunked framing removed); b"" at the end.
+        `last_ns` is their arrival time. Raises TransportError."""
+        conn = self._conn
+        while True:
+            data = self._decode()
+            if data:
+                if self.first_byte_ns is None:
+                    self.first_byte_ns = conn.recv_ns
+                return data
+            if self._state == _DONE:
+                self._release()
+                return b""
+            if conn.error is not None:
+                raise TransportError(conn.error.kind, str(conn.error))
+            if conn.eof:
+                if self._state == _UNTIL_CLOSE:
+                    self._state = _DONE
+                    continue
+                raise TransportError("connection", "connection closed before the response body ended")
+            await conn.wait()
+
+    async def read(self, limit: int | None = None) -> bytes:
+        """The whole body (or its first `limit` bytes, after which the connection is dropped)."""
+        parts = []
+        size = 0
+        while True:
+            data = await self.next_chunk()
+            if not data:
+                break
+            parts.append(data)
+            size += len(data)
+            if limit is not None and size >= limit:
+                break
+        return b"".join(parts)
+
+    async def drain(self, grace: float) -> None:
+        """After the terminal event: read what is left of the body so the connection can be
+        reused, waiting at most `grace` seconds for it; otherwise the connection is dropped."""
+        try:
+            while self._decode():
+                pass
+            if self._state != _DONE and grace > 0:
+                await asyncio.wait_for(self._discard_rest(), grace)
+        except (TransportError, asyncio.TimeoutError):
+            pass
+        if self._state == _DONE:
+            self._release()
+
+    async def _discard_rest(self) -> None:
+        while await self.next_chunk():
+            pass
+
+    def _release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        conn = self._conn
+        self.end_ns = conn.recv_ns
+        conn.disarm()
+        reusable = self._state == _DONE and self._keep_alive and conn.usable
+        self._pool._release(conn if reusable else None, conn)
+
+    async def aclose(self) -> None:
+        if not self._released:
+            if self._state != _DONE:
+                self._conn.close()      # never reuse a connection whose response was not read
+            self._release()
+
+
+class HTTPTransport:
+    """Keep-alive connections to one origin, at most `max_connections` requests in flight."""
+
+    def __init__(self, origin: Origin, *, max_connections: int, timeouts: Timeouts,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        self.origin = origin
+        self.timeouts = timeouts
+        self._ssl = (ssl_context or default_ssl_context()) if origin.scheme == "https" else None
+        self._idle: deque[_Connection] = deque()
+        self._slots = asyncio.Semaphore(max_connections)
+        self._open: set[_Connection] = set()
+        self._closed = False
+        self.connections_opened = 0
+
+    async def _connect(self, deadline_ns: int) -> _Connection:
+        loop = asyncio.get_running_loop()
+        budget = min(self.timeouts.connect, max((deadline_ns - perf_counter_ns()) / 1e9, 0.001))
+        origin = self.origin
+        t0 = perf_counter_ns()
+        try:
+            async with asyncio.timeout(budget):
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(loop), origin.host, origin.port, ssl=self._ssl,
+                    server_hostname=origin.host if self._ssl else None)
+        except TimeoutError:
+            raise TransportError("timeout", f"connect timeout after {budget:g}s to "
+                                 f"{origin.host}:{origin.port}", before_response=True) from None
+        except ssl.SSLError as exc:
+            raise TransportError("connection", f"TLS handshake with {origin.host}:{origin.port} "
+                                 f"failed: {exc}", before_response=True) from None
+        except OSError as exc:
+            raise TransportError("connection", f"connect to {origin.host}:{origin.port} failed: "
+                                 f"{exc.strerror or exc}", before_response=True) from None
+        conn.connect_ns = perf_counter_ns() - t0
+        self.connections_opened += 1
+        self._open.add(conn)
+        return conn
+
+    def _take_idle(self) -> _Connection | None:
+        idle = self._idle
+        while idle:
+            conn = idle.pop()                 # LIFO: the most recently used is least likely stale
+            if conn.usable:
+                return conn
+            self._discard(conn)
+        return None
+
+    def _discard(self, conn: _Connection) -> None:
+        conn.close()
+        self._open.discard(conn)
+
+    def _release(self, reusable: _Connection | None, conn: _Connection) -> None:
+        if reusable is not None and not self._closed:
+            self._idle.append(reusable)
+        else:
+            self._discard(conn)
+        self._slots.release()
+
+    async def send(self, head: bytes, body: bytes, *, method: str = "POST") -> Response:
+        """Write one request (`head` from `build_head`, then Content-Length and `body`) and read
+        the response head. The returned Response owns a pool slot until `aclose()`.
+
+        Timestamps: `start_ns`/`started_at` are taken just before the request bytes are written
+        (after any wait for a slot and any connect); `headers_ns` when the head was complete;
+        `first_byte_ns` when the first body byte arrived. Raises TransportError."""
+        if self._closed:
+            raise TransportError("connection", "transport is closed", before_response=True)
+        slots = self._slots
+        pool_wait_ns = 0
+        if slots.locked():
+            t0 = perf_counter_ns()
+            await slots.acquire()
+            pool_wait_ns = perf_counter_ns() - t0
+        else:
+            await slots.acquire()
+        message = b"%scontent-length: %d\r\n\r\n%s" % (head, len(body), body)
+        timeouts = self.timeouts
+        try:
+            deadline_ns = perf_counter_ns() + int(timeouts.total * 1e9)
+            conn = self._take_idle()
+            while True:
+                reused = conn is not None
+                if conn is None:
+                    conn = await self._connect(deadline_ns)
+                response = Response(conn, self, reused=reused)
+                response.pool_wait_ns = pool_wait_ns
+                response.started_at = dt.datetime.now(dt.timezone.utc)
+                response.start_ns = perf_counter_ns()
+                conn.arm(timeouts.read, deadline_ns)
+                try:
+                    await conn.write(message)
+                    await response._read_head(method)
+                except TransportError as exc:
+                    self._discard(conn)
+                    if reused and exc.before_response:
+                        conn = None          # the server had dropped the idle connection: once more
+                        continue
+                    raise
+                except BaseException:
+                    self._discard(conn)
+                    raise
+                break
+        except BaseException:
+            slots.release()
+            raise
+        if response.complete:
+            response._release()
+        return response
+
+    async def aclose(self) -> None:
+        self._closed = True
+        while self._idle:
+            self._discard(self._idle.pop())
+        for conn in list(self._open):
+            conn.close()
+        self._open.clear()

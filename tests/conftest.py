@@ -1,0 +1,4 @@
+"""Shared fixtures. Infrastructure fixtures live in tests/support/ and are imported here so that
+every test module can use them by name."""
+
+from tests.support.llama import llama_servers  # noqa: F401
