@@ -1,0 +1,191 @@
+"""Versioned schema migrations: an old database is upgraded in place, never recreated.
+
+`MIGRATIONS` is an ordered list of functions; a migration's version is its position (1-based).
+To change the schema, append a function that takes a Connection and alters the tables (for
+example with `add_column`), and change `store.schema` to match. Never edit, reorder or remove a
+migration that has shipped: databases in the field have recorded it as applied.
+
+Each migration runs in its own transaction together with the row that records it, under a lock
+(SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory lock), so two processes opening the same new
+database at once apply each migration exactly once. Both backends have transactional DDL, so a
+migration that fails leaves the database at the previous version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import sqlalchemy as sa
+
+from prober.errors import ConfigError
+from prober.records import utcnow
+from store.coltypes import JSONColumn, SafeText, UTCDateTime
+from store.engine import redacted, write_transaction
+
+Migration = Callable[[sa.Connection], None]
+
+# Bookkeeping. This table is outside the versioned schema, so its shape must never change.
+_bookkeeping = sa.MetaData()
+schema_migrations = sa.Table(
+    "schema_migrations", _bookkeeping,
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("applied_at", UTCDateTime, nullable=False),
+)
+
+# An arbitrary constant: the key of the PostgreSQL advisory lock that serializes migrations.
+_PG_LOCK_KEY = 0x70726F626572  # "prober"
+
+
+def add_column(conn: sa.Connection, table: str, column: sa.Column) -> None:
+    """ALTER TABLE ... ADD COLUMN, rendered for the connection's dialect. For use in migrations."""
+    preparer = conn.dialect.identifier_preparer
+    spec = sa.schema.CreateColumn(column).compile(dialect=conn.dialect)
+    conn.exec_driver_sql(f"ALTER TABLE {preparer.quote(table)} ADD COLUMN {spec}")
+
+
+def _m001_initial(conn: sa.Connection) -> None:
+    """runs, samples and metrics."""
+    # Frozen: this is the version-1 shape, whatever store.schema says today.
+    md = sa.MetaData()
+    row_id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+    sa.Table(
+        "runs", md,
+        sa.Column("id", sa.Text, primary_key=True),
+        sa.Column("suite", sa.Text, nullable=False),
+        sa.Column("started_at", UTCDateTime, nullable=False),
+        sa.Column("finished_at", UTCDateTime),
+        sa.Column("status", sa.Text, nullable=False),
+        sa.Column("prober_version", sa.Text, nullable=False),
+        sa.Column("config_hash", sa.Text, nullable=False),
+        sa.Column("host", sa.Text, nullable=False),
+        sa.Column("pid", sa.Integer, nullable=False),
+        sa.Column("targets", JSONColumn()),
+        sa.Column("loop_lag", JSONColumn()),
+        sa.Column("notes", JSONColumn()),
+        sa.Index("ix_runs_suite_started_at", "suite", "started_at"),
+    )
+    sa.Table(
+        "samples", md,
+        sa.Column("id", row_id, primary_key=True, autoincrement=True),
+        sa.Column("run_id", sa.Text, sa.ForeignKey("runs.id"), nullable=False),
+        sa.Column("target", sa.Text, nullable=False),
+        sa.Column("probe", sa.Text, nullable=False),
+        sa.Column("case", sa.Text, nullable=False),
+        sa.Column("labels", JSONColumn()),
+        sa.Column("request_index", sa.Integer, nullable=False),
+        sa.Column("attempt", sa.Integer, nullable=False),
+        sa.Column("final", sa.Boolean, nullable=False),
+        sa.Column("protocol", sa.Text, nullable=False),
+        sa.Column("url", sa.Text, nullable=False),
+        sa.Column("request_body", JSONColumn()),
+        sa.Column("request_headers", JSONColumn()),
+        sa.Column("stream", sa.Boolean, nullable=False),
+        sa.Column("http_status", sa.Integer),
+        sa.Column("response_headers", JSONColumn()),
+        sa.Column("request_id", sa.Text),
+        sa.Column("system_fingerprint", sa.Text),
+        sa.Column("response_model", sa.Text),
+        sa.Column("output_text", SafeText),
+        sa.Column("output_sha256", sa.Text, nullable=False),
+        sa.Column("output_chars", sa.Integer, nullable=False),
+        sa.Column("output_truncated", sa.Boolean, nullable=False),
+        sa.Column("tool_calls", JSONColumn()),
+        sa.Column("finish_reason", sa.Text),
+        sa.Column("usage", JSONColumn()),
+        sa.Column("started_at", UTCDateTime, nullable=False),
+        sa.Column("headers_ms", sa.Float),
+        sa.Column("first_byte_ms", sa.Float),
+        sa.Column("ttft_ms", sa.Float),
+        sa.Column("end_ms", sa.Float),
+        sa.Column("chunk_offsets_ms", JSONColumn()),
+        sa.Column("chunk_chars", JSONColumn()),
+        sa.Column("error_type", sa.Text),
+        sa.Column("error_message", SafeText),
+        sa.Column("findings", JSONColumn()),
+        sa.Column("rejected_params", JSONColumn()),
+        sa.Column("extra", JSONColumn()),
+        sa.Index("ix_samples_run_id", "run_id"),
+    )
+    sa.Table(
+        "metrics", md,
+        sa.Column("id", row_id, primary_key=True, autoincrement=True),
+        sa.Column("run_id", sa.Text, sa.ForeignKey("runs.id"), nullable=False),
+        sa.Column("target", sa.Text, nullable=False),
+        sa.Column("probe", sa.Text, nullable=False),
+        sa.Column("name", sa.Text, nullable=False),
+        sa.Column("labels", JSONColumn()),
+        sa.Column("value", sa.Float),
+        sa.Column("ci_low", sa.Float),
+        sa.Column("ci_high", sa.Float),
+        sa.Column("n", sa.Integer),
+        sa.Column("unit", sa.Text),
+        sa.Index("ix_metrics_run_id", "run_id"),
+    )
+    md.create_all(conn)
+
+
+# Append new migrations here; never edit or reorder the ones above.
+MIGRATIONS: list[Migration] = [
+    _m001_initial,
+]
+
+
+def _migration_name(migration: Migration) -> str:
+    return migration.__name__.lstrip("_")
+
+
+def applied_versions(conn: sa.Connection) -> set[int]:
+    if not sa.inspect(conn).has_table(schema_migrations.name):
+        return set()
+    return set(conn.execute(sa.select(schema_migrations.c.version)).scalars())
+
+
+def schema_version(engine: sa.Engine) -> int:
+    """The highest migration applied to this database (0 for an empty one)."""
+    with engine.connect() as conn:
+        return max(applied_versions(conn), default=0)
+
+
+def _check_not_newer(versions: set[int], known: int, engine: sa.Engine) -> None:
+    newest = max(versions, default=0)
+    if newest > known:
+        raise ConfigError(f"store url {redacted(engine.url)!r}: the database is at "
+                          f"schema version {newest}, newer than this prober knows ({known}); upgrade prober")
+
+
+def migrate(engine: sa.Engine, migrations: Sequence[Migration] | None = None,
+            upto: int | None = None) -> list[int]:
+    """Apply the migrations this database lacks, in order; return the versions applied now.
+
+    `upto` stops at that version (tests use it to make an old database). Idempotent.
+    """
+    migrations = MIGRATIONS if migrations is None else migrations
+    target = len(migrations) if upto is None else upto
+    with engine.connect() as conn:
+        versions = applied_versions(conn)
+    _check_not_newer(versions, len(migrations), engine)
+    if all(v in versions for v in range(1, target + 1)):
+        return []
+
+    applied: list[int] = []
+    for version in range(1, target + 1):
+        if write_transaction(engine, _apply, version, migrations):
+            applied.append(version)
+    return applied
+
+
+def _apply(conn: sa.Connection, version: int, migrations: Sequence[Migration]) -> bool:
+    """Apply one migration unless another process already has; runs inside a write transaction."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_LOCK_KEY)))
+    _bookkeeping.create_all(conn, checkfirst=True)
+    done = applied_versions(conn)
+    _check_not_newer(done, len(migrations), conn.engine)
+    if version in done:
+        return False
+    migration = migrations[version - 1]
+    migration(conn)
+    conn.execute(schema_migrations.insert().values(
+        version=version, name=_migration_name(migration), applied_at=utcnow()))
+    return True

@@ -1,0 +1,101 @@
+"""Records to rows: what of a Sample, Run or Metric is stored, and how."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from prober.records import Metric, Run, Sample
+
+# Adapters redact these already; the store drops them again, because a key on disk is a leak.
+SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key"})
+
+
+def without_secrets(headers: dict[str, Any] | None) -> dict[str, Any]:
+    return {name: value for name, value in (headers or {}).items() if name.lower() not in SECRET_HEADERS}
+
+
+def output_fields(text: str | None, max_chars: int | None) -> dict[str, Any]:
+    """The stored (bounded) output, with the sha256 and length of the full text."""
+    text = text or ""
+    truncated = max_chars is not None and len(text) > max_chars
+    return {
+        "output_text": text[:max_chars] if truncated else text,
+        # surrogatepass: a lone surrogate must not make hashing fail.
+        "output_sha256": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
+        "output_chars": len(text),
+        "output_truncated": truncated,
+    }
+
+
+def sample_row(sample: Sample, max_output_chars: int | None) -> dict[str, Any]:
+    ex = sample.exchange
+    offsets = ex.offsets_ms()
+    return {
+        "run_id": sample.run_id,
+        "target": sample.target,
+        "probe": sample.probe,
+        "case": sample.case,
+        "labels": sample.labels,
+        "request_index": sample.request_index,
+        "attempt": ex.attempt,
+        "final": sample.final,
+        "protocol": ex.protocol,
+        "url": ex.url,
+        "request_body": ex.request_body,
+        "request_headers": without_secrets(ex.request_headers),
+        "stream": ex.stream,
+        "http_status": ex.status,
+        "response_headers": without_secrets(ex.response_headers),
+        "request_id": ex.request_id,
+        "system_fingerprint": ex.system_fingerprint,
+        "response_model": ex.response_model,
+        **output_fields(ex.text, max_output_chars),
+        "tool_calls": ex.tool_calls,
+        "finish_reason": ex.finish_reason,
+        "usage": ex.usage,   # as the wire reported it: absent keys stay absent, None stays None
+        "started_at": ex.started_at,
+        "headers_ms": offsets["headers_ms"],
+        "first_byte_ms": offsets["first_byte_ms"],
+        "ttft_ms": offsets["ttft_ms"],
+        "end_ms": offsets["end_ms"],
+        "chunk_offsets_ms": offsets["chunk_offsets_ms"],
+        "chunk_chars": ex.chunk_chars,
+        "error_type": ex.error_type,
+        "error_message": ex.error_message,
+        "findings": ex.findings,
+        "rejected_params": ex.rejected_params,
+        "extra": ex.extra,
+    }
+
+
+def run_row(run: Run) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "suite": run.suite,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "status": run.status,
+        "prober_version": run.prober_version,
+        "config_hash": run.config_hash,
+        "host": run.host,
+        "pid": run.pid,
+        "targets": run.targets,
+        "loop_lag": run.loop_lag,
+        "notes": run.notes,
+    }
+
+
+def metric_row(metric: Metric) -> dict[str, Any]:
+    return {
+        "run_id": metric.run_id,
+        "target": metric.target,
+        "probe": metric.probe,
+        "name": metric.name,
+        "labels": metric.labels,
+        "value": metric.value,
+        "ci_low": metric.ci_low,
+        "ci_high": metric.ci_high,
+        "n": metric.n,
+        "unit": metric.unit,
+    }

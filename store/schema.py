@@ -1,0 +1,95 @@
+"""The tables as the current code reads and writes them.
+
+This is the shape after the last migration in `store.migrations`; the migrations, not this
+module, create and alter tables. When a migration changes a table, change it here too: the test
+`test_store_migrations.py::test_migrated_schema_matches_declared_schema` compares the two.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from store.coltypes import JSONColumn, SafeText, UTCDateTime
+
+metadata = sa.MetaData()
+
+# SQLite only makes an INTEGER PRIMARY KEY a rowid alias (autoincrementing); PostgreSQL gets bigint.
+RowId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+RUN_STATUSES = ("running", "complete", "interrupted", "failed")
+
+runs = sa.Table(
+    "runs", metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("suite", sa.Text, nullable=False),
+    sa.Column("started_at", UTCDateTime, nullable=False),
+    sa.Column("finished_at", UTCDateTime),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("prober_version", sa.Text, nullable=False),
+    sa.Column("config_hash", sa.Text, nullable=False),
+    sa.Column("host", sa.Text, nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("targets", JSONColumn()),
+    sa.Column("loop_lag", JSONColumn()),
+    sa.Column("notes", JSONColumn()),
+    sa.Index("ix_runs_suite_started_at", "suite", "started_at"),
+)
+
+samples = sa.Table(
+    "samples", metadata,
+    sa.Column("id", RowId, primary_key=True, autoincrement=True),
+    sa.Column("run_id", sa.Text, sa.ForeignKey("runs.id"), nullable=False),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("probe", sa.Text, nullable=False),
+    sa.Column("case", sa.Text, nullable=False),
+    sa.Column("labels", JSONColumn()),
+    sa.Column("request_index", sa.Integer, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("final", sa.Boolean, nullable=False),
+    sa.Column("protocol", sa.Text, nullable=False),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("request_body", JSONColumn()),
+    sa.Column("request_headers", JSONColumn()),
+    sa.Column("stream", sa.Boolean, nullable=False),
+    sa.Column("http_status", sa.Integer),
+    sa.Column("response_headers", JSONColumn()),
+    sa.Column("request_id", sa.Text),
+    sa.Column("system_fingerprint", sa.Text),
+    sa.Column("response_model", sa.Text),
+    sa.Column("output_text", SafeText),
+    sa.Column("output_sha256", sa.Text, nullable=False),
+    sa.Column("output_chars", sa.Integer, nullable=False),
+    sa.Column("output_truncated", sa.Boolean, nullable=False),
+    sa.Column("tool_calls", JSONColumn()),
+    sa.Column("finish_reason", sa.Text),
+    sa.Column("usage", JSONColumn()),
+    sa.Column("started_at", UTCDateTime, nullable=False),
+    sa.Column("headers_ms", sa.Float),
+    sa.Column("first_byte_ms", sa.Float),
+    sa.Column("ttft_ms", sa.Float),
+    sa.Column("end_ms", sa.Float),
+    sa.Column("chunk_offsets_ms", JSONColumn()),
+    sa.Column("chunk_chars", JSONColumn()),
+    sa.Column("error_type", sa.Text),
+    sa.Column("error_message", SafeText),
+    sa.Column("findings", JSONColumn()),
+    sa.Column("rejected_params", JSONColumn()),
+    sa.Column("extra", JSONColumn()),
+    sa.Index("ix_samples_run_id", "run_id"),
+)
+
+metrics = sa.Table(
+    "metrics", metadata,
+    sa.Column("id", RowId, primary_key=True, autoincrement=True),
+    sa.Column("run_id", sa.Text, sa.ForeignKey("runs.id"), nullable=False),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("probe", sa.Text, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("labels", JSONColumn()),
+    sa.Column("value", sa.Float),
+    sa.Column("ci_low", sa.Float),
+    sa.Column("ci_high", sa.Float),
+    sa.Column("n", sa.Integer),
+    sa.Column("unit", sa.Text),
+    sa.Index("ix_metrics_run_id", "run_id"),
+)

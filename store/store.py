@@ -1,0 +1,294 @@
+"""The store's public face: open a database, record runs, samples and metrics, and read them back.
+
+Rows come back as plain dicts (JSON columns decoded, datetimes timezone-aware UTC), so callers
+never see SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from prober.errors import ConfigError
+from prober.records import Metric, Run, utcnow
+from store.engine import open_engine, redacted, write_transaction
+from store.migrations import migrate
+from store.rows import metric_row, run_row
+from store.schema import RUN_STATUSES, metrics, runs, samples
+from store.writer import SampleWriteError, SampleWriter
+
+if TYPE_CHECKING:
+    import pandas
+
+# A pid whose process started this long after the run did belongs to another process (pid reuse).
+_PID_REUSE_SLACK = dt.timedelta(seconds=2)
+_LIST_PAGE = 200
+
+
+class Store:
+    def __init__(self, engine: sa.Engine) -> None:
+        """Use `Store.open(url)`, which also checks and migrates the database."""
+        self._engine = engine
+        self._writers: list[SampleWriter] = []
+
+    @classmethod
+    def open(cls, url: str, *, sqlite_busy_timeout: float = 30.0) -> "Store":
+        """Connect, create or upgrade the schema; ConfigError (one line, naming the url) if impossible."""
+        engine = open_engine(url, sqlite_busy_timeout=sqlite_busy_timeout)
+        try:
+            migrate(engine)
+        except sa.exc.DBAPIError as exc:
+            engine.dispose()
+            reason = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
+            raise ConfigError(f"store url {redacted(engine.url)!r}: cannot migrate the database: {reason}") from None
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine)
+
+    @property
+    def url(self) -> str:
+        """The database URL, password hidden."""
+        return redacted(self._engine.url)
+
+    @property
+    def backend(self) -> str:
+        """"sqlite" or "postgresql"."""
+        return self._engine.dialect.name
+
+    @property
+    def engine(self) -> sa.Engine:
+        """For store/ internals and tests; other packages go through the methods."""
+        return self._engine
+
+    def close(self) -> None:
+        """Close the writers still open (raising what they could not store), then the connections."""
+        errors: list[SampleWriteError] = []
+        for writer in self._writers:
+            try:
+                writer.close()
+            except SampleWriteError as exc:
+                errors.append(exc)
+        self._writers.clear()
+        self._engine.dispose()
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    # -- runs -------------------------------------------------------------------------------
+
+    def create_run(self, run: Run) -> None:
+        try:
+            write_transaction(self._engine, lambda conn: conn.execute(runs.insert().values(run_row(run))))
+        except sa.exc.IntegrityError as exc:
+            raise ValueError(f"cannot create run {run.id!r}: {exc.orig}") from None
+
+    def finish_run(self, run_id: str, status: str, finished_at: dt.datetime,
+                   loop_lag: dict[str, Any] | None = None, notes: dict[str, Any] | None = None) -> None:
+        """Set the final status. `notes` are merged into the run's notes; `loop_lag` replaces its value."""
+        if status not in RUN_STATUSES:
+            raise ValueError(f"run status must be one of {', '.join(RUN_STATUSES)}, not {status!r}")
+
+        def work(conn: sa.Connection) -> int:
+            values: dict[str, Any] = {"status": status, "finished_at": finished_at}
+            if loop_lag is not None:
+                values["loop_lag"] = loop_lag
+            if notes:
+                values["notes"] = {**(_current_notes(conn, run_id) or {}), **notes}
+            return conn.execute(runs.update().where(runs.c.id == run_id).values(values)).rowcount
+
+        if write_transaction(self._engine, work) == 0:
+            raise ValueError(f"unknown run id {run_id!r}")
+
+    def mark_stale_runs_interrupted(self) -> list[str]:
+        """Runs left 'running' by a process of this host that is gone become 'interrupted'; their ids.
+
+        "This host" is `socket.gethostname()`, which is what a Run's `host` must hold.
+        """
+        host = socket.gethostname()
+        with self._engine.connect() as conn:
+            candidates = conn.execute(
+                sa.select(runs.c.id, runs.c.pid, runs.c.started_at)
+                .where(runs.c.status == "running", runs.c.host == host)).all()
+        stale = [row.id for row in candidates if not _process_alive(row.pid, row.started_at)]
+
+        def work(conn: sa.Connection, run_id: str) -> bool:
+            notes = {**(_current_notes(conn, run_id) or {}), "interrupted_detected_at": utcnow().isoformat()}
+            updated = conn.execute(runs.update()
+                                   .where(runs.c.id == run_id, runs.c.status == "running")
+                                   .values(status="interrupted", notes=notes))
+            return updated.rowcount == 1
+
+        return [run_id for run_id in stale if write_transaction(self._engine, work, run_id)]
+
+    def list_runs(self, limit: int = 20, suite: str | None = None, target: str | None = None) -> list[dict[str, Any]]:
+        """Newest first, each with `sample_count` and `error_count` (samples with an error type).
+
+        With `target`, only runs that list the target or have samples from it.
+        """
+        query = sa.select(runs).order_by(runs.c.started_at.desc(), runs.c.id.desc())
+        if suite is not None:
+            query = query.where(runs.c.suite == suite)
+        found: list[dict[str, Any]] = []
+        with self._engine.connect() as conn:
+            if target is None:
+                found = [dict(row._mapping) for row in conn.execute(query.limit(limit))]
+            else:
+                offset = 0
+                while len(found) < limit:
+                    page = [dict(row._mapping) for row in conn.execute(query.limit(_LIST_PAGE).offset(offset))]
+                    if not page:
+                        break
+                    offset += len(page)
+                    sampled = set(conn.execute(
+                        sa.select(samples.c.run_id).distinct()
+                        .where(samples.c.run_id.in_([run["id"] for run in page]), samples.c.target == target)
+                    ).scalars())
+                    found.extend(run for run in page
+                                 if target in (run["targets"] or []) or run["id"] in sampled)
+                found = found[:limit]
+            _add_counts(conn, found)
+        return found
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        """The run with this id, or with this unique id prefix; None if there is none.
+
+        ConfigError if the prefix is ambiguous (the message lists the matches).
+        """
+        if not run_id:
+            return None
+        with self._engine.connect() as conn:
+            row = conn.execute(sa.select(runs).where(runs.c.id == run_id)).first()
+            if row is None:
+                matches = conn.execute(sa.select(runs).where(runs.c.id.startswith(run_id, autoescape=True))
+                                       .order_by(runs.c.id).limit(6)).all()
+                if len(matches) > 1:
+                    shown = ", ".join(match.id for match in matches[:5]) + (", ..." if len(matches) > 5 else "")
+                    raise ConfigError(f"run id prefix {run_id!r} is ambiguous: it matches {shown}")
+                row = matches[0] if matches else None
+            if row is None:
+                return None
+            run = dict(row._mapping)
+            _add_counts(conn, [run])
+        return run
+
+    # -- samples and metrics ----------------------------------------------------------------
+
+    def sample_writer(self, max_output_chars: int | None = 65536) -> SampleWriter:
+        """A background writer; see store.writer. `max_output_chars=None` stores output unbounded."""
+        writer = SampleWriter(self._engine, max_output_chars)
+        self._writers.append(writer)
+        return writer
+
+    def samples(self, run_id: str, probe: str | None = None, target: str | None = None) -> list[dict[str, Any]]:
+        """The run's samples in the order they were written."""
+        query = sa.select(samples).where(samples.c.run_id == run_id).order_by(samples.c.id)
+        if probe is not None:
+            query = query.where(samples.c.probe == probe)
+        if target is not None:
+            query = query.where(samples.c.target == target)
+        with self._engine.connect() as conn:
+            return [dict(row._mapping) for row in conn.execute(query)]
+
+    def samples_frame(self, run_id: str, probe: str | None = None, target: str | None = None,
+                      expand: Iterable[str] = ("labels",)) -> "pandas.DataFrame":
+        """The samples as a DataFrame. Each JSON object column named in `expand` also becomes one
+        column per key, named `column.key` (e.g. `labels.concurrency`, `usage.output_tokens`)."""
+        import pandas as pd
+
+        rows = self.samples(run_id, probe=probe, target=target)
+        frame = pd.DataFrame(rows, columns=[column.name for column in samples.columns])
+        for column in expand:
+            keys: dict[str, None] = {}
+            for value in frame[column]:
+                if isinstance(value, dict):
+                    keys.update(dict.fromkeys(value))
+            for key in keys:
+                frame[f"{column}.{key}"] = [value.get(key) if isinstance(value, dict) else None
+                                            for value in frame[column]]
+        return frame
+
+    def write_metrics(self, metric_list: Sequence[Metric]) -> None:
+        rows = [metric_row(metric) for metric in metric_list]
+        if rows:
+            write_transaction(self._engine, lambda conn: conn.execute(metrics.insert(), rows))
+
+    def metrics(self, run_id: str, probe: str | None = None, target: str | None = None) -> list[dict[str, Any]]:
+        query = sa.select(metrics).where(metrics.c.run_id == run_id).order_by(metrics.c.id)
+        if probe is not None:
+            query = query.where(metrics.c.probe == probe)
+        if target is not None:
+            query = query.where(metrics.c.target == target)
+        with self._engine.connect() as conn:
+            return [dict(row._mapping) for row in conn.execute(query)]
+
+
+def _current_notes(conn: sa.Connection, run_id: str) -> dict[str, Any] | None:
+    return conn.execute(sa.select(runs.c.notes).where(runs.c.id == run_id)).scalar()
+
+
+def _add_counts(conn: sa.Connection, run_list: list[dict[str, Any]]) -> None:
+    """Add sample_count and error_count to each run dict, in one query."""
+    if not run_list:
+        return
+    counts = {
+        row.run_id: (row.sample_count, row.error_count)
+        for row in conn.execute(
+            sa.select(samples.c.run_id,
+                      sa.func.count().label("sample_count"),
+                      sa.func.count(samples.c.error_type).label("error_count"))
+            .where(samples.c.run_id.in_([run["id"] for run in run_list]))
+            .group_by(samples.c.run_id))
+    }
+    for run in run_list:
+        run["sample_count"], run["error_count"] = counts.get(run["id"], (0, 0))
+
+
+def _process_alive(pid: int, run_started_at: dt.datetime) -> bool:
+    """Is the process that started this run still there? Mindful of pid reuse and zombies."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass   # alive, owned by another user
+    stat = _proc_stat(pid)
+    if stat is None:
+        return True   # no /proc: the signal check is all we have
+    state, process_started_at = stat
+    if state in ("Z", "X"):
+        return False
+    # A process that started after the run did cannot have started it: the pid was reused (a
+    # restarted container often gives the prober the same pid every time).
+    return process_started_at is None or process_started_at <= run_started_at + _PID_REUSE_SLACK
+
+
+def _proc_stat(pid: int) -> tuple[str, dt.datetime | None] | None:
+    """(state, start time) of a Linux process from /proc, or None where /proc is not available."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            stat = handle.read()
+        with open("/proc/stat", encoding="ascii", errors="replace") as handle:
+            boot = next((int(line.split()[1]) for line in handle if line.startswith("btime ")), None)
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may itself contain spaces and parentheses.
+    fields = stat[stat.rfind(")") + 2:].split()
+    state = fields[0]
+    if boot is None or len(fields) < 20:
+        return state, None
+    ticks_after_boot = int(fields[19])   # field 22, starttime
+    started = boot + ticks_after_boot / os.sysconf("SC_CLK_TCK")
+    return state, dt.datetime.fromtimestamp(started, dt.timezone.utc)

@@ -1,0 +1,51 @@
+"""Run `prober emulate` as its own process, the way a user rehearses against it, and read its
+ground truth over HTTP."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.support.llama import free_port
+
+
+@contextmanager
+def emulator_process(tmp_path: Path, scenario: str = ""):
+    """Yield the base URL of an emulator serving `scenario` (TOML text) on a free port."""
+    scenario_file = tmp_path / f"scenario-{time.monotonic_ns()}.toml"
+    scenario_file.write_text(scenario)
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "prober.cli", "emulate", "--port", str(port),
+                                "--scenario", str(scenario_file)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"emulator did not start: {process.stderr.read().decode()}")
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def ground_truth(base_url: str) -> dict[str, dict]:
+    """Request id -> the emulator's own record of that request."""
+    with urllib.request.urlopen(f"{base_url}/_emulator/ground_truth", timeout=10) as response:
+        data = json.load(response)
+    records = data["requests"] if isinstance(data, dict) else data
+    return {r["request_id"]: r for r in records}

@@ -1,0 +1,147 @@
+"""Versioned migrations: a new database gets the whole schema, an old one is upgraded in place."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import sqlalchemy as sa
+
+from prober.errors import ConfigError
+from store import MIGRATIONS, Store, migrate, schema_version
+from store.engine import open_engine
+from store.migrations import add_column
+from store.schema import metadata
+from tests.support.postgres import postgres_url  # noqa: F401
+from tests.test_store_roundtrip import make_run, make_sample, store_url, write_samples  # noqa: F401
+
+SAMPLE_COLUMNS = [
+    "id", "run_id", "target", "probe", "case", "labels", "request_index", "attempt", "final", "protocol", "url",
+    "request_body", "request_headers", "stream", "http_status", "response_headers", "request_id",
+    "system_fingerprint", "response_model", "output_text", "output_sha256", "output_chars", "output_truncated",
+    "tool_calls", "finish_reason", "usage", "started_at", "headers_ms", "first_byte_ms", "ttft_ms", "end_ms",
+    "chunk_offsets_ms", "chunk_chars", "error_type", "error_message", "findings", "rejected_params", "extra",
+]
+RUN_COLUMNS = ["id", "suite", "started_at", "finished_at", "status", "prober_version", "config_hash", "host", "pid",
+               "targets", "loop_lag", "notes"]
+METRIC_COLUMNS = ["id", "run_id", "target", "probe", "name", "labels", "value", "ci_low", "ci_high", "n", "unit"]
+
+
+def _columns(engine: sa.Engine, table: str) -> list[str]:
+    return [column["name"] for column in sa.inspect(engine).get_columns(table)]
+
+
+def _indexes(engine: sa.Engine, table: str) -> dict[str, list[str]]:
+    return {index["name"]: index["column_names"] for index in sa.inspect(engine).get_indexes(table)}
+
+
+def _bookkeeping(engine: sa.Engine) -> list[tuple]:
+    with engine.connect() as conn:
+        return conn.execute(sa.text("SELECT version, name, applied_at FROM schema_migrations ORDER BY version")).all()
+
+
+def test_new_database_gets_the_whole_schema(store_url):
+    Store.open(store_url).close()
+    engine = open_engine(store_url)
+    try:
+        assert set(sa.inspect(engine).get_table_names()) == {"runs", "samples", "metrics", "schema_migrations"}
+        assert _columns(engine, "runs") == RUN_COLUMNS
+        assert _columns(engine, "samples") == SAMPLE_COLUMNS
+        assert _columns(engine, "metrics") == METRIC_COLUMNS
+        assert _indexes(engine, "runs") == {"ix_runs_suite_started_at": ["suite", "started_at"]}
+        assert _indexes(engine, "samples") == {"ix_samples_run_id": ["run_id"]}
+        assert _indexes(engine, "metrics") == {"ix_metrics_run_id": ["run_id"]}
+        assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial")]
+        assert schema_version(engine) == len(MIGRATIONS)
+    finally:
+        engine.dispose()
+
+
+def test_migrated_schema_matches_declared_schema(store_url):
+    """store.schema (what the code queries) and the migrations (what databases get) agree."""
+    Store.open(store_url).close()
+    engine = open_engine(store_url)
+    try:
+        for table in metadata.sorted_tables:
+            assert _columns(engine, table.name) == [column.name for column in table.columns], table.name
+            assert _indexes(engine, table.name) == \
+                {index.name: [column.name for column in index.columns] for index in table.indexes}, table.name
+            reflected = {column["name"]: column["nullable"] for column in sa.inspect(engine).get_columns(table.name)}
+            declared = {column.name: column.nullable for column in table.columns}
+            assert reflected == declared, table.name
+    finally:
+        engine.dispose()
+
+
+def test_migrating_twice_changes_nothing(store_url):
+    engine = open_engine(store_url)
+    try:
+        assert migrate(engine) == list(range(1, len(MIGRATIONS) + 1))
+        before = _bookkeeping(engine)
+        assert migrate(engine) == []
+        Store.open(store_url).close()
+        assert _bookkeeping(engine) == before
+    finally:
+        engine.dispose()
+
+
+def _m002_add_sample_note_and_baselines(conn: sa.Connection) -> None:
+    """A later migration, as a future issue might append one."""
+    add_column(conn, "samples", sa.Column("note", sa.Text, server_default="none"))
+    baselines = sa.Table("baselines", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True),
+                         sa.Column("name", sa.Text, nullable=False))
+    baselines.create(conn)
+    conn.execute(sa.text("UPDATE samples SET note = 'from v1'"))
+
+
+def test_old_database_is_upgraded_in_place_and_keeps_its_rows(store_url):
+    with Store.open(store_url) as old:            # the version-1 schema, with data in it
+        old.create_run(make_run("r1"))
+        write_samples(old, [make_sample("r1", i) for i in range(5)])
+    inode = os.stat(store_url.removeprefix("sqlite:///")).st_ino if store_url.startswith("sqlite") else None
+
+    engine = open_engine(store_url)
+    try:
+        later = [*MIGRATIONS, _m002_add_sample_note_and_baselines]
+        assert migrate(engine, later) == [len(later)]
+        assert migrate(engine, later) == []
+        assert schema_version(engine) == len(later)
+        assert "note" in _columns(engine, "samples") and "baselines" in sa.inspect(engine).get_table_names()
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT request_index, note FROM samples ORDER BY id")).all()
+        assert rows == [(i, "from v1") for i in range(5)]
+        if inode is not None:
+            assert os.stat(store_url.removeprefix("sqlite:///")).st_ino == inode   # the same file, not a new one
+        assert [row[1] for row in _bookkeeping(engine)] == ["m001_initial", "m002_add_sample_note_and_baselines"]
+    finally:
+        engine.dispose()
+
+    # This code knows one migration fewer than the database has: refuse rather than misread it.
+    with pytest.raises(ConfigError, match=r"schema version 2, newer than this prober knows \(1\)"):
+        Store.open(store_url)
+
+
+def test_migrate_stops_at_a_version_and_resumes(store_url):
+    later = [*MIGRATIONS, _m002_add_sample_note_and_baselines]
+    engine = open_engine(store_url)
+    try:
+        assert migrate(engine, later, upto=1) == [1]
+        assert schema_version(engine) == 1 and "note" not in _columns(engine, "samples")
+        assert migrate(engine, later) == [2]
+    finally:
+        engine.dispose()
+
+
+def test_a_failing_migration_leaves_the_previous_version(store_url):
+    def _m002_broken(conn: sa.Connection) -> None:
+        add_column(conn, "samples", sa.Column("half_done", sa.Text))
+        conn.execute(sa.text("SELECT no_such_column FROM samples"))
+
+    engine = open_engine(store_url)
+    try:
+        with pytest.raises(sa.exc.DBAPIError):
+            migrate(engine, [*MIGRATIONS, _m002_broken])
+        assert schema_version(engine) == 1
+        assert "half_done" not in _columns(engine, "samples")   # DDL rolled back with the transaction
+    finally:
+        engine.dispose()
