@@ -2,3 +2,4 @@
 every test module can use them by name."""
 
 from tests.support.llama import llama_servers  # noqa: F401
+from tests.support.postgres import postgres_url  # noqa: F401

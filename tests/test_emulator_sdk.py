@@ -169,7 +169,7 @@ def test_one_connection_serves_streams_and_plain_requests_in_turn() -> None:
         async with running(FAST) as emulator:
             client = _anthropic(emulator)
             texts = []
-            for i in range(3):
+            for _ in range(3):
                 async with client.messages.stream(model="m", max_tokens=50, messages=MESSAGES) as stream:
                     texts.append(await stream.get_final_text())
                 message = await client.messages.create(model="m", max_tokens=50, messages=MESSAGES)

@@ -12,7 +12,6 @@ from store import Store
 from tests.support.cli import prober
 from tests.support.emulated import emulator_process
 from tests.support.llama import free_port
-from tests.support.postgres import postgres_url  # noqa: F401
 
 SLOW = "first_token_delay_ms = 5\ndecode_tokens_per_s = 100\noutput_tokens = 10\nslots = 4\n"
 
@@ -121,7 +120,7 @@ def test_unreachable_endpoint_exits_3_with_a_clear_message(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_latency_suite_against_postgresql(tmp_path, postgres_url):  # noqa: F811
+def test_latency_suite_against_postgresql(tmp_path, postgres_url):
     with emulator_process(tmp_path, SLOW) as base_url:
         config = ProberConfig.model_validate({
             "store": {"url": postgres_url}, "runner": {"progress": False},
