@@ -11,7 +11,7 @@ import typer
 from typer._click.exceptions import ClickException  # typer vendors click; its usage errors
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 from prober.config import load_config
 from prober.errors import ConfigError, ProberError
@@ -128,7 +128,9 @@ def runs(
         rows = store.list_runs(limit=limit, suite=suite)
     finally:
         store.close()
-    table = Table("run", "suite", "started (UTC)", "status", "targets", "samples", "errors")
+    table = Table("suite", "started (UTC)", "status", "targets", "samples", "errors")
+    table.columns.insert(0, Column("run", no_wrap=True))
+    table.columns[1].no_wrap = table.columns[2].no_wrap = True
     for r in rows:
         table.add_row(r["id"], escape(r["suite"]), r["started_at"].strftime("%Y-%m-%d %H:%M:%S"), r["status"],
                       escape(", ".join(r.get("targets") or [])), str(r.get("sample_count", 0)),
@@ -172,13 +174,25 @@ def _fmt(value: float | None) -> str:
 
 
 def _print_metrics(metrics, title: str) -> None:
-    table = Table("target", "probe", "metric", "labels", "value", "95% CI", "n", "unit", title=escape(title))
+    """One narrow table per target and probe: rows grouped by their labels (e.g. concurrency)."""
+    out.print(escape(title))
+    groups: dict[tuple[str, str], list] = {}
     for m in metrics:
-        labels = ", ".join(f"{k}={v}" for k, v in sorted(m.labels.items()))
-        ci = f"{_fmt(m.ci_low)} .. {_fmt(m.ci_high)}" if m.ci_low is not None else ""
-        table.add_row(escape(m.target), m.probe, m.name, escape(labels), _fmt(m.value), ci,
-                      "" if m.n is None else str(m.n), m.unit or "")
-    out.print(table)
+        groups.setdefault((m.target, m.probe), []).append(m)
+    for (target_name, probe_name), rows in groups.items():
+        table = Table("labels", Column("metric", no_wrap=True), "value", "95% CI", "n", "unit",
+                      title=f"{escape(target_name)} / {probe_name}")
+        order = {name: i for i, name in enumerate(dict.fromkeys(m.name for m in rows))}
+
+        def label_key(m):
+            return sorted((k, str(v).zfill(8)) for k, v in m.labels.items())
+
+        for m in sorted(rows, key=lambda m: (label_key(m), order[m.name])):
+            labels = ", ".join(f"{k}={v}" for k, v in sorted(m.labels.items()))
+            ci = f"{_fmt(m.ci_low)} .. {_fmt(m.ci_high)}" if m.ci_low is not None else ""
+            table.add_row(escape(labels), m.name, _fmt(m.value), ci, "" if m.n is None else str(m.n),
+                          m.unit or "")
+        out.print(table)
 
 
 @app.command()
