@@ -22,14 +22,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from prober.errors import ConfigError
 
+# What each fault does to a stream, and (in brackets) to a non-streaming response.
 FaultKind = Literal[
-    "rate_limit",        # 429 with retry-after, before any work
-    "overloaded",        # 529 (Anthropic) / 503 (OpenAI), before any work
-    "server_error",      # 500, before any work
-    "drop_mid_stream",   # TCP connection closed after `after_tokens` content tokens
+    "rate_limit",        # 429 with retry-after, at once, without taking a slot
+    "overloaded",        # 529 (Anthropic) / 503 (OpenAI), at once
+    "server_error",      # 500, at once
+    "drop_mid_stream",   # connection closed after `after_tokens` content tokens [half the body, then close]
     "malformed_sse",     # a truncated-JSON event after `after_tokens` tokens, then continue or close
-    "stall",             # `stall_s` of silence after `after_tokens` tokens, then the rest
-    "mid_stream_error",  # HTTP 200, then an in-stream error event after `after_tokens` tokens
+                         # [a truncated JSON body]
+    "stall",             # `stall_s` of silence after `after_tokens` tokens, then the rest [body stall_s late]
+    "mid_stream_error",  # HTTP 200, then an error event after `after_tokens` tokens [529 / 503 then]
 ]
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 

@@ -7,6 +7,7 @@ generated token re-tokenizes to exactly one token, so all three counts agree.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 import re
@@ -24,22 +25,23 @@ def count_tokens(text: str) -> int:
     return sum(1 for _ in _TOKEN.finditer(text))
 
 
-def pseudo_text(prompt: str, n_tokens: int, seed: int) -> list[str]:
+@functools.lru_cache(maxsize=4096)   # probes send the same prompts over and over
+def pseudo_text(prompt: str, n_tokens: int, seed: int) -> tuple[str, ...]:
     """`n_tokens` tokens of sentence-like pseudo-words derived from the prompt.
 
-    Same prompt and seed, same tokens; the answer ends with a full stop, so a shorter max_tokens
-    gives a prefix of it.
+    Same prompt and seed, same tokens. The answer ends with a full stop; a request cut short by
+    max_tokens gets a prefix of it.
     """
-    rng = random.Random(hashlib.sha256(f"{seed}\x00{prompt}".encode()).digest())
+    rng = random.Random(int.from_bytes(hashlib.sha256(f"{seed}\x00{prompt}".encode()).digest()[:16], "big"))
     tokens: list[str] = []
     sentence_start = True
     for i in range(n_tokens):
-        last = i == n_tokens - 1
-        if last and i > 0:
+        if i == n_tokens - 1 and i > 0:
             tokens.append(".")
             break
-        if i > 0 and not sentence_start and rng.random() < 0.12:
-            mark = "." if rng.random() < 0.5 else ","
+        punctuate = rng.random()    # drawn every time, so answers of different lengths share a prefix
+        if 0 < i < n_tokens - 2 and not sentence_start and punctuate < 0.12:
+            mark = "." if punctuate < 0.06 else ","
             tokens.append(mark)
             sentence_start = mark == "."
             continue
@@ -48,4 +50,4 @@ def pseudo_text(prompt: str, n_tokens: int, seed: int) -> list[str]:
             word = word.capitalize()
         tokens.append(word if i == 0 else " " + word)
         sentence_start = False
-    return tokens
+    return tuple(tokens)

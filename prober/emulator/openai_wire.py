@@ -1,0 +1,182 @@
+"""OpenAI Chat Completions on the server side: request parsing and response encoding.
+
+Written from the recorded wire sample and the API reference, independently of the prober's client
+adapter. A stream is `data: JSON\\n\\n` chunks: a role-only chunk, one chunk per content token, a
+finish chunk with an empty delta, then (only with stream_options.include_usage) a chunk with
+`choices: []` and the usage, then `data: [DONE]`. With include_usage every earlier chunk carries
+`"usage": null`, as the live API does; without it chunks have no usage key at all.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from prober.emulator.plan import ErrorKind, GenRequest, InvalidRequest, PromptBlock, ResponsePlan
+
+# kind -> (status, type, code, message)
+_ERRORS: dict[str, tuple[int, str, str | None, str]] = {
+    "invalid_request": (400, "invalid_request_error", None, "invalid request"),
+    "not_found": (404, "invalid_request_error", "unknown_url", "Unknown request URL"),
+    "rate_limit": (429, "requests", "rate_limit_exceeded", "Rate limit reached for requests"),
+    "overloaded": (503, "server_error", None, "The engine is currently overloaded, please try again later"),
+    "server_error": (500, "server_error", None,
+                     "The server had an error while processing your request. Sorry about that!"),
+}
+_JSON = "application/json"
+_SSE = "text/event-stream; charset=utf-8"
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)   # one instance: json.dumps with
+                                                                         # options builds one per call
+
+
+def _dumps(value: Any) -> bytes:
+    return _ENCODER.encode(value).encode()
+
+
+def new_request_id() -> str:
+    return f"req_{uuid.uuid4().hex}"
+
+
+# --- requests ---------------------------------------------------------------------------------
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") if isinstance(part, dict) and part.get("type") == "text"
+                       else json.dumps(part, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+                       for part in content)
+    return ""
+
+
+def _optional_int(data: dict[str, Any], name: str) -> int | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidRequest(f"Invalid '{name}': expected an integer greater than or equal to 1.", param=name)
+    return value
+
+
+def parse_request(body: bytes, request_id: str) -> GenRequest:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidRequest("We could not parse the JSON body of your request.") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("The request body must be a JSON object.")
+    model = data.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("you must provide a model parameter", param="model")
+    messages = data.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("Missing required parameter: 'messages'.", param="messages")
+    blocks: list[PromptBlock] = []
+    for tool in data.get("tools") or []:
+        blocks.append(PromptBlock("tools", json.dumps(tool, sort_keys=True, separators=(",", ":"))))
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InvalidRequest(f"Missing required parameter: 'messages[{index}].role'.",
+                                 param=f"messages[{index}].role")
+        role = message["role"]
+        section = "system" if role in ("system", "developer") else "messages"
+        blocks.append(PromptBlock(section, _content_text(message.get("content")), role=role))
+    max_tokens = _optional_int(data, "max_completion_tokens")
+    if max_tokens is None:
+        max_tokens = _optional_int(data, "max_tokens")
+    stream = data.get("stream", False)
+    if not isinstance(stream, bool):
+        raise InvalidRequest("Invalid 'stream': expected a boolean.", param="stream")
+    options = data.get("stream_options") or {}
+    include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
+    return GenRequest(protocol="openai", request_id=request_id, model=model, stream=stream,
+                      max_tokens=max_tokens, blocks=blocks, include_usage=include_usage, body=data)
+
+
+def models_response(models: list[str]) -> bytes:
+    return _dumps({"object": "list",
+                   "data": [{"id": name, "object": "model", "created": 1735689600, "owned_by": "prober-emulator"}
+                            for name in models]})
+
+
+def error_response(kind: ErrorKind, request_id: str, message: str | None = None, param: str | None = None,
+                   retry_after_s: int | None = None) -> tuple[int, list[tuple[str, str]], bytes]:
+    status, _, _, default_message = _ERRORS[kind]
+    headers = [("content-type", _JSON), ("x-request-id", request_id)]
+    if retry_after_s is not None:
+        headers.append(("retry-after", str(retry_after_s)))
+    return status, headers, _dumps(_error_body(kind, message or default_message, param))
+
+
+def _error_body(kind: ErrorKind, message: str, param: str | None = None) -> dict[str, Any]:
+    _, error_type, code, _ = _ERRORS[kind]
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+# --- responses --------------------------------------------------------------------------------
+
+class Encoder:
+    """Renders one request's plan as a ChatCompletion or as its chunk stream."""
+
+    def __init__(self, request: GenRequest, plan: ResponsePlan) -> None:
+        self.request = request
+        self.plan = plan
+        self.completion_id = f"chatcmpl-{uuid.uuid4().hex[:29]}"
+        self.created = int(time.time())
+        # Every chunk starts with the same fields; build them once.
+        head = {"id": self.completion_id, "object": "chat.completion.chunk", "created": self.created,
+                "model": request.model, "system_fingerprint": plan.system_fingerprint}
+        self._chunk_head = b"data: " + _dumps(head)[:-1] + b',"choices":['
+        self._chunk_tail = b'],"usage":null}\n\n' if request.include_usage else b"]}\n\n"
+
+    def _usage(self) -> dict[str, Any]:
+        usage = self.plan.usage
+        return {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens,
+                "total_tokens": usage.input_tokens + usage.output_tokens,
+                "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens or 0},
+                "completion_tokens_details": {"reasoning_tokens": 0}}
+
+    def _choice_chunk(self, delta: bytes, finish_reason: str | None = None) -> bytes:
+        finish = b"null" if finish_reason is None else _dumps(finish_reason)
+        return (self._chunk_head + b'{"index":0,"delta":' + delta + b',"logprobs":null,"finish_reason":'
+                + finish + b"}" + self._chunk_tail)
+
+    def stream_headers(self) -> list[tuple[str, str]]:
+        return [("content-type", _SSE), ("cache-control", "no-cache"), ("x-request-id", self.request.request_id)]
+
+    def json_headers(self) -> list[tuple[str, str]]:
+        return [("content-type", _JSON), ("x-request-id", self.request.request_id)]
+
+    def preamble(self) -> bytes:
+        return self._choice_chunk(b'{"role":"assistant","content":"","refusal":null}')
+
+    def token(self, text: str) -> bytes:
+        return self._choice_chunk(b'{"content":' + _dumps(text) + b"}")
+
+    def malformed(self) -> bytes:
+        return self._chunk_head[:len(self._chunk_head) // 2] + b"\n\n"   # JSON cut short
+
+    def stream_error(self, kind: ErrorKind) -> bytes:
+        return b"data: " + _dumps(_error_body(kind, _ERRORS[kind][3])) + b"\n\n"
+
+    def epilogue(self) -> bytes:
+        out = self._choice_chunk(b"{}", self.plan.finish)
+        if self.request.include_usage:
+            out += self._chunk_head + b'],"usage":' + _dumps(self._usage()) + b"}\n\n"
+        return out + b"data: [DONE]\n\n"
+
+    def message(self) -> bytes:
+        return _dumps({
+            "id": self.completion_id, "object": "chat.completion", "created": self.created,
+            "model": self.request.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": self.plan.text, "refusal": None},
+                         "logprobs": None, "finish_reason": self.plan.finish}],
+            "usage": self._usage(), "system_fingerprint": self.plan.system_fingerprint,
+        })
+
+    def error(self, kind: ErrorKind) -> tuple[int, list[tuple[str, str]], bytes]:
+        return error_response(kind, self.request.request_id)
