@@ -13,7 +13,6 @@ from tests.support.emulator import (RawConnection, anthropic_body, openai_body, 
 pytestmark = pytest.mark.timeout(60)
 
 SAMPLES = wire_samples_dir()
-needs_samples = pytest.mark.skipif(SAMPLES is None, reason="recorded wire samples not found")
 FAST = Scenario(first_token_delay_ms=2, decode_tokens_per_s=5000, output_tokens=5)
 
 
@@ -39,7 +38,6 @@ async def _post(body: dict, path: str, scenario: Scenario = FAST):
         return await raw_request(emulator.port, "POST", path, body)
 
 
-@needs_samples
 def test_anthropic_stream_matches_recorded_basic_sample() -> None:
     response = run(_post(anthropic_body(max_tokens=3), "/v1/messages"))
     assert response.status == 200 and response.complete
@@ -68,7 +66,6 @@ def test_anthropic_stream_matches_recorded_basic_sample() -> None:
     assert len(deltas) == 3 and all(payload.count(b"\n\n") == 1 for payload in deltas)
 
 
-@needs_samples
 def test_anthropic_message_start_usage_matches_tool_use_sample_fields() -> None:
     response = run(_post(anthropic_body(), "/v1/messages"))
     ours = json.loads(response.events()[0][1])["message"]["usage"]
@@ -82,7 +79,6 @@ def test_anthropic_cache_fields_absent_when_scenario_turns_them_off() -> None:
     assert set(usage) == {"input_tokens", "output_tokens"}
 
 
-@needs_samples
 def test_openai_stream_matches_recorded_sample() -> None:
     response = run(_post(openai_body(), "/v1/chat/completions"))
     assert response.status == 200 and response.complete

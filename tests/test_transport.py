@@ -410,3 +410,69 @@ def test_https_with_a_given_trust_store(tls_files):
         server.close()
         await server.wait_closed()
     run(main())
+
+
+def test_stream_pushes_chunks_with_arrival_times_and_stops_early():
+    async def handler(request, writer, server):
+        writer.write(sse_head() + chunk(b"a"))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(chunk(b"b"))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(chunk(b"STOP") + chunk(b"ignored"))
+        await writer.drain()
+        await asyncio.sleep(0.02)
+        writer.write(LAST_CHUNK)
+
+    async def main():
+        async with ScriptedServer(handler) as server:
+            transport, head = make(server)
+            for _ in range(2):
+                response = await transport.send(head, b"{}")
+                seen = []
+                await response.stream(lambda data, ns: seen.append((data, ns)) or data.startswith(b"STOP"))
+                assert [data for data, _ in seen] == [b"a", b"b", b"STOPignored"]
+                assert 40 < (seen[1][1] - seen[0][1]) / 1e6 < 300
+                assert response.first_byte_ns == seen[0][1]
+                await response.drain(1.0)          # the terminator comes 20 ms later
+                assert response.complete
+                await response.aclose()
+            assert server.connections == 1         # drained, so the connection was reused
+            await transport.aclose()
+    run(main())
+
+
+def test_stream_errors_reach_the_awaiting_task():
+    async def handler(request, writer, server):
+        if len(server.requests) == 1:
+            writer.write(sse_head() + chunk(b"a"))
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            return False                                  # dropped mid-body
+        writer.write(sse_head() + chunk(b"a"))            # then stalls
+        await writer.drain()
+        await asyncio.sleep(3)
+
+    def bad_callback(data, ns):
+        raise ValueError("decoder bug")
+
+    async def main():
+        async with ScriptedServer(handler) as server:
+            transport, head = make(server, read=0.3)
+            response = await transport.send(head, b"{}")
+            with pytest.raises(TransportError) as info:
+                await response.stream(lambda data, ns: False)
+            assert info.value.kind == "connection"
+            await response.aclose()
+            response = await transport.send(head, b"{}")
+            with pytest.raises(ValueError):
+                await response.stream(bad_callback)
+            await response.aclose()
+            response = await transport.send(head, b"{}")
+            with pytest.raises(TransportError) as info:
+                await response.stream(lambda data, ns: False)
+            assert info.value.kind == "timeout"
+            await response.aclose()
+            await transport.aclose()
+    run(main())

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import functools
 import json
-import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -56,15 +55,9 @@ async def running(scenario: Scenario | None = None) -> AsyncIterator[Emulator]:
         await emulator.stop()
 
 
-def wire_samples_dir() -> Path | None:
-    """The recorded wire samples: $PROBER_WIRE_SAMPLES, tests/data/wire-samples, or shared/ beside the repo."""
-    repo = Path(__file__).resolve().parents[2]
-    candidates = [os.environ.get("PROBER_WIRE_SAMPLES"), repo / "tests" / "data" / "wire-samples",
-                  repo.parent / "shared" / "reference" / "wire-samples"]
-    for candidate in candidates:
-        if candidate and Path(candidate, "anthropic-messages-stream-basic.sse").is_file():
-            return Path(candidate)
-    return None
+def wire_samples_dir() -> Path:
+    """The recorded wire samples, committed under tests/data/wire-samples."""
+    return Path(__file__).resolve().parents[1] / "data" / "wire-samples"
 
 
 @dataclass
