@@ -9,13 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from prober.errors import ConfigError
+from prober.tomlfile import read_toml, validation_error
 
 DEFAULT_CONFIG_NAME = "prober.toml"
 LOCAL_PORT = 8080
@@ -150,10 +150,6 @@ def default_config() -> ProberConfig:
     })
 
 
-def _format_location(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(part) for part in loc)
-
-
 def load_config(path: str | os.PathLike[str] | None = None) -> ProberConfig:
     """Load and validate a config file; with no path, ./prober.toml if present, else the defaults."""
     if path is None:
@@ -163,23 +159,10 @@ def load_config(path: str | os.PathLike[str] | None = None) -> ProberConfig:
         path = candidate
     path = Path(path)
     source = str(path)
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{source}: file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{source}: TOML syntax error: {exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{source}: cannot read: {exc}") from None
+    raw = read_toml(path)
     try:
         config = ProberConfig.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        key = _format_location(first["loc"])
-        message = first["msg"]
-        if first["type"] == "extra_forbidden":
-            message = "unknown key"
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise ConfigError(f"{source}: {key}: {message}{more}") from None
+        raise validation_error(source, exc) from None
     config.source = source
     return config

@@ -6,7 +6,6 @@ to this module. Every error names the file and the key.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from prober.errors import ConfigError
+from prober.tomlfile import read_toml, validation_error
 from probes.base import Probe, ProbeParams, get_probe
 
 BUILTIN_DIR = Path(__file__).parent
@@ -62,15 +62,6 @@ def load_suite(name: str, user_paths: list[str], overrides: dict[str, Any] | Non
     return Suite(name=name, description=description, path=suites[name], entries=entries)
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: TOML syntax error: {exc}") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from None
-
-
 def _resolve(name: str, suites: dict[str, Path], entries: list[SuiteEntry], stack: list[str],
              overrides: dict[str, Any]) -> str:
     if name not in suites:
@@ -80,7 +71,7 @@ def _resolve(name: str, suites: dict[str, Path], entries: list[SuiteEntry], stac
     if name in stack:
         raise ConfigError(f"{suites[name]}: include: cycle {' -> '.join(stack + [name])}")
     path = suites[name]
-    data = _read(path)
+    data = read_toml(path)
     unknown = set(data) - _SUITE_KEYS
     if unknown:
         raise ConfigError(f"{path}: {sorted(unknown)[0]}: unknown key")
@@ -110,9 +101,6 @@ def _resolve(name: str, suites: dict[str, Path], entries: list[SuiteEntry], stac
         try:
             params = probe.Params.model_validate(params_raw)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            key = ".".join(str(p) for p in first["loc"])
-            message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-            raise ConfigError(f"{where}.params.{key}: {message}") from None
+            raise validation_error(str(path), exc, prefix=f"probes[{index}].params.") from None
         entries.append(SuiteEntry(suite=name, probe=probe, params=params))
     return str(data.get("description", ""))

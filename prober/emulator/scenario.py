@@ -14,13 +14,12 @@ are errors, reported as one line naming the file and the key (`ConfigError`), li
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from prober.errors import ConfigError
+from prober.tomlfile import read_toml, validation_error
 
 # What each fault does to a stream, and (in brackets) to a non-streaming response.
 FaultKind = Literal[
@@ -88,20 +87,8 @@ def load_scenario(path: str | os.PathLike[str] | None = None) -> Scenario:
     """The scenario in a TOML file, or the built-in defaults when `path` is None."""
     if path is None:
         return Scenario()
-    source = str(path)
-    try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{source}: file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{source}: TOML syntax error: {exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{source}: cannot read: {exc}") from None
+    raw = read_toml(path)
     try:
         return Scenario.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        problem = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise ConfigError(f"{source}: {key}: {problem}{more}") from None
+        raise validation_error(str(path), exc) from None
