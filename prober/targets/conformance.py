@@ -1,0 +1,260 @@
+"""Conformance of a completed Exchange against the official SDKs' pydantic types.
+
+Off the timing path: the adapter keeps every event's data text (or the body text) in
+`exchange.raw_events`, and the runner calls `check_exchange` after the exchange completed; the
+JSON is parsed again here. Each event (or the JSON body) is validated
+with `model_validate` against the SDK type for its `type` (Anthropic) or against
+ChatCompletionChunk / ChatCompletion (OpenAI); protocol-level checks cover event order and the
+terminal event. Findings are short strings such as
+"anthropic content_block_delta #3: delta.text: Input should be a valid string", where #3 is the
+event's position in `raw_events`.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from prober.records import Exchange
+
+_MAX_FINDINGS = 50
+_ERRORS_PER_EVENT = 3
+
+
+@lru_cache(maxsize=None)
+def _anthropic_models() -> dict[str, type[BaseModel]]:
+    from anthropic import types as t
+    return {
+        "message_start": t.RawMessageStartEvent,
+        "message_delta": t.RawMessageDeltaEvent,
+        "message_stop": t.RawMessageStopEvent,
+        "content_block_start": t.RawContentBlockStartEvent,
+        "content_block_delta": t.RawContentBlockDeltaEvent,
+        "content_block_stop": t.RawContentBlockStopEvent,
+        "error": t.ErrorResponse,
+        "message": t.Message,
+    }
+
+
+@lru_cache(maxsize=None)
+def _openai_models() -> dict[str, type[BaseModel]]:
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    return {"chunk": ChatCompletionChunk, "completion": ChatCompletion}
+
+
+def prepare() -> None:
+    """Import the SDK types and build their validators now (about a second, once per process),
+    so that the first `check_exchange` during a run does not stall the event loop."""
+    for model in (*_anthropic_models().values(), *_openai_models().values()):
+        try:
+            model.model_validate({})
+        except ValidationError:
+            pass
+
+
+def _is_branch(part: Any) -> bool:
+    """A union member's name in a pydantic error location (a model class or a tagged type),
+    as opposed to a field name (the APIs use snake_case) or a list index."""
+    return isinstance(part, str) and (part[:1].isupper() or "[" in part or "-" in part)
+
+
+def _format_errors(exc: ValidationError) -> list[str]:
+    """Validation errors as "loc: message", keeping only the union member the data claimed to be:
+    a member whose own `type` literal did not match is not what the sender meant."""
+    errors = exc.errors(include_url=False)
+    rejected_branches = set()
+    for error in errors:
+        loc = error["loc"]
+        if error["type"] == "literal_error" and loc and loc[-1] == "type" and len(loc) >= 2 \
+                and _is_branch(loc[-2]):
+            rejected_branches.add(loc[:-1])
+    lines: list[str] = []
+    unmatched: dict[tuple, Any] = {}
+    for error in errors:
+        loc = error["loc"]
+        if any(loc[:i] in rejected_branches for i in range(1, len(loc))):
+            if error["type"] == "literal_error" and loc[-1] == "type":
+                field = tuple(p for p in loc[:-2] if not _is_branch(p)) + ("type",)
+                unmatched.setdefault(field, error.get("input"))
+            continue
+        lines.append(f"{_path(loc)}: {error['msg']}")
+    # Every member rejected the discriminator: the value itself is unknown.
+    for field, value in unmatched.items():
+        if not any(line.startswith(_path(field[:-1])) for line in lines):
+            lines.append(f"{_path(field)}: unknown value {value!r}")
+    seen: set[str] = set()
+    unique = [line for line in lines if not (line in seen or seen.add(line))]
+    return unique[:_ERRORS_PER_EVENT]
+
+
+def _path(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if _is_branch(part):
+            continue
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(root)"
+
+
+def _validate(model: type[BaseModel], data: Any, label: str, findings: list[str]) -> None:
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        findings.extend(f"{label}: {line}" for line in _format_errors(exc))
+
+
+def check_exchange(exchange: Exchange) -> list[str]:
+    """Findings for one completed exchange; an empty list when everything conforms. Never raises."""
+    try:
+        if not exchange.raw_events:
+            return []
+        if exchange.protocol == "anthropic":
+            findings = _check_anthropic(exchange)
+        else:
+            findings = _check_openai(exchange)
+    except Exception as exc:   # a checker bug must not cost the sample
+        return [f"conformance check failed: {type(exc).__name__}: {exc}"]
+    if len(findings) > _MAX_FINDINGS:
+        findings = findings[:_MAX_FINDINGS] + [f"... and {len(findings) - _MAX_FINDINGS} more"]
+    return findings
+
+
+class _NotJSON:
+    """A payload that did not parse as JSON (the adapter already made it a protocol error)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _load(data: Any) -> Any:
+    if not isinstance(data, str) or data == "[DONE]":
+        return data
+    try:
+        return json.loads(data)
+    except ValueError:
+        return _NotJSON(data)
+
+
+def _cut_by_transport(exchange: Exchange) -> bool:
+    return exchange.error_type in ("timeout", "connection")
+
+
+def _is_stream(exchange: Exchange) -> bool:
+    """Whether the body was an event stream: the same test the adapter made on content-type."""
+    return exchange.stream and "event-stream" in exchange.response_headers.get("content-type",
+                                                                              "event-stream")
+
+
+def _check_anthropic(exchange: Exchange) -> list[str]:
+    models = _anthropic_models()
+    findings: list[str] = []
+    status = exchange.status or 0
+    if not 200 <= status < 300 or not _is_stream(exchange):
+        body = _load(exchange.raw_events[0][1])
+        if isinstance(body, _NotJSON):
+            return [f"anthropic body (HTTP {status}): not JSON: {body.text[:80]!r}"]
+        if not 200 <= status < 300:
+            _validate(models["error"], body, f"anthropic error body (HTTP {status})", findings)
+        else:
+            _validate(models["message"], body, "anthropic message", findings)
+        return findings
+    open_blocks: set[Any] = set()
+    seen_start = seen_stop = seen_error = False
+    for position, (event, data) in enumerate(exchange.raw_events):
+        data = _load(data)
+        if not isinstance(data, dict):
+            findings.append(f"anthropic event #{position}: data is not a JSON object")
+            continue
+        kind = data.get("type")
+        label = f"anthropic {kind or event} #{position}"
+        if event is not None and event != kind:
+            findings.append(f"{label}: SSE event name {event!r} but data.type {kind!r}")
+        if seen_stop:
+            findings.append(f"{label}: event after message_stop")
+        if kind == "ping":
+            continue
+        model = models.get(kind) if kind != "message" else None
+        if model is None:
+            findings.append(f"{label}: unknown event type {kind!r}")
+            continue
+        _validate(model, data, label, findings)
+        if kind == "message_start":
+            if seen_start:
+                findings.append(f"{label}: second message_start")
+            seen_start = True
+        elif not seen_start and kind != "error":
+            findings.append(f"{label}: before message_start")
+            seen_start = True
+        if kind == "content_block_start":
+            open_blocks.add(data.get("index"))
+        elif kind == "content_block_delta" and data.get("index") not in open_blocks:
+            findings.append(f"{label}: delta for block {data.get('index')!r} that is not open")
+        elif kind == "content_block_stop":
+            if data.get("index") not in open_blocks:
+                findings.append(f"{label}: stop for block {data.get('index')!r} that is not open")
+            open_blocks.discard(data.get("index"))
+        elif kind == "message_stop":
+            seen_stop = True
+        elif kind == "error":
+            seen_error = True
+    if not seen_stop and not seen_error and not _cut_by_transport(exchange):
+        findings.append("anthropic stream without message_stop")
+    if seen_stop and open_blocks:
+        findings.append(f"anthropic stream: blocks {sorted(map(str, open_blocks))} never stopped")
+    return findings
+
+
+def _check_openai_error(body: Any, label: str, findings: list[str]) -> None:
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        findings.append(f"{label}: no error object")
+    elif not isinstance(error.get("message"), str):
+        findings.append(f"{label}: error.message: missing or not a string")
+
+
+def _check_openai(exchange: Exchange) -> list[str]:
+    models = _openai_models()
+    findings: list[str] = []
+    status = exchange.status or 0
+    if not 200 <= status < 300 or not _is_stream(exchange):
+        body = _load(exchange.raw_events[0][1])
+        if isinstance(body, _NotJSON):
+            return [f"openai body (HTTP {status}): not JSON: {body.text[:80]!r}"]
+        if not 200 <= status < 300:
+            _check_openai_error(body, f"openai error body (HTTP {status})", findings)
+        else:
+            _validate(models["completion"], body, "openai chat.completion", findings)
+        return findings
+    seen_done = seen_error = seen_usage = False
+    for position, (event, data) in enumerate(exchange.raw_events):
+        data = _load(data)
+        label = f"openai chunk #{position}"
+        if seen_done:
+            findings.append(f"{label}: data after [DONE]")
+        if data == "[DONE]":
+            seen_done = True
+            continue
+        if not isinstance(data, dict):
+            findings.append(f"{label}: data is not a JSON object")
+            continue
+        if event is not None and event != "error":
+            findings.append(f"{label}: unexpected SSE event name {event!r}")
+        if data.get("error") is not None or event == "error":
+            seen_error = True
+            _check_openai_error(data, f"openai error event #{position}", findings)
+            continue
+        _validate(models["chunk"], data, label, findings)
+        if data.get("usage") is not None:
+            seen_usage = True
+            if data.get("choices"):
+                findings.append(f"{label}: usage chunk with non-empty choices")
+    cut = _cut_by_transport(exchange) or seen_error
+    if not seen_done and not cut:
+        findings.append("openai stream without [DONE]")
+    options = exchange.request_body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") and not seen_usage and not cut:
+        findings.append("openai stream: no usage chunk although stream_options.include_usage was set")
+    return findings

@@ -1,0 +1,242 @@
+"""OpenAI Chat Completions: POST {base}/v1/chat/completions (base may already end in /v1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prober.records import ChatRequest, Exchange
+from prober.targets.adapter import HTTPAdapter, StreamDecoder, merge_extra, tool_call_record
+
+
+def openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool as OpenAI wants it; an Anthropic-style tool ({name, input_schema}) is converted."""
+    if "input_schema" in tool and tool.get("type") in (None, "custom"):
+        function = {"name": tool.get("name")}
+        if "description" in tool:
+            function["description"] = tool["description"]
+        function["parameters"] = tool["input_schema"]
+        if "strict" in tool:
+            function["strict"] = tool["strict"]
+        return {"type": "function", "function": function}
+    return tool
+
+
+def openai_tool_choice(choice: Any) -> Any:
+    """"auto" | "none" | "required" | "any" | {"name": ...} | an OpenAI or Anthropic dict."""
+    if isinstance(choice, str):
+        return {"any": "required"}.get(choice, choice)
+    if isinstance(choice, dict):
+        kind = choice.get("type")
+        if kind in ("auto", "none"):
+            return kind
+        if kind == "any":
+            return "required"
+        if kind in ("tool", None) and "name" in choice:
+            return {"type": "function", "function": {"name": choice["name"]}}
+    return choice
+
+
+def _system_message(system: str | list[dict[str, Any]]) -> dict[str, Any]:
+    if isinstance(system, str):
+        return {"role": "system", "content": system}
+    # Anthropic-style blocks: keep the text parts, drop Anthropic-only keys (cache_control).
+    parts = [{"type": "text", "text": block.get("text", "")} for block in system
+             if isinstance(block, dict) and block.get("type", "text") == "text"]
+    return {"role": "system", "content": parts}
+
+
+class OpenAIStreamDecoder(StreamDecoder):
+    """Chunks with choices[].delta, a finish chunk, with include_usage a usage chunk
+    (choices == []), then `data: [DONE]`. TTFT at the first chunk with non-empty content,
+    tool_calls, refusal or reasoning content; the role-only first chunk does not count."""
+
+    terminal_name = "[DONE]"
+
+    def __init__(self, exchange: Exchange) -> None:
+        super().__init__(exchange)
+        self._tools: dict[Any, dict[str, Any]] = {}
+        self._refusal: list[str] = []
+        self._reasoning: list[str] = []
+        self._logprobs: list[Any] = []
+        self._model_seen = False
+
+    def feed(self, event: str | None, data: str, ns: int) -> None:
+        if data == "[DONE]":
+            self.ex.raw_events.append((event, data))
+            self.done = True
+            self.end_ns = ns
+            return
+        obj = self._decode(event, data, ns)
+        if obj is None:
+            return
+        ex = self.ex
+        if obj.get("error") is not None or event == "error":
+            self._error_event(obj, ns)
+            return
+        if not self._model_seen:
+            self._model_seen = True
+            ex.response_model = obj.get("model")
+            if ex.request_id is None and isinstance(obj.get("id"), str):
+                ex.request_id = obj["id"]
+        fingerprint = obj.get("system_fingerprint")
+        if fingerprint is not None:
+            ex.system_fingerprint = fingerprint
+        usage = obj.get("usage")
+        if usage is not None:
+            ex.usage = usage
+        if "timings" in obj:
+            ex.extra["timings"] = obj["timings"]
+        choices = obj.get("choices")
+        if not choices or type(choices) is not list:
+            return
+        for choice in choices:
+            if type(choice) is not dict:
+                continue
+            if choice.get("index", 0) != 0:
+                ex.extra["other_choices"] = True     # n > 1 is not measured; say it happened
+                continue
+            delta = choice.get("delta")
+            if delta and type(delta) is dict:
+                chars = 0
+                content = delta.get("content")
+                if content and type(content) is str:
+                    self._text.append(content)
+                    chars = len(content)
+                    bearing = True
+                else:
+                    bearing = False
+                if len(delta) > 1 or not bearing:      # the common {"content": "..."} stops here
+                    extra_chars = self._other_deltas(delta)
+                    if extra_chars is not None:
+                        chars += extra_chars
+                        bearing = True
+                if bearing:
+                    if ex.first_token_ns is None:
+                        ex.first_token_ns = ns
+                    ex.chunk_ns.append(ns)
+                    ex.chunk_chars.append(chars)
+            finish_reason = choice.get("finish_reason")
+            if finish_reason is not None:
+                ex.finish_reason = finish_reason
+            logprobs = choice.get("logprobs")
+            if logprobs and type(logprobs) is dict and isinstance(logprobs.get("content"), list):
+                self._logprobs.extend(logprobs["content"])
+
+    def _other_deltas(self, delta: dict[str, Any]) -> int | None:
+        """Characters of tool-call, refusal and reasoning content in a delta; None when it has none."""
+        chars = 0
+        bearing = False
+        tool_calls = delta.get("tool_calls")
+        if tool_calls and isinstance(tool_calls, list):
+            bearing = True
+            chars += self._tool_deltas(tool_calls)
+        refusal = delta.get("refusal")
+        if refusal and isinstance(refusal, str):
+            self._refusal.append(refusal)
+            chars += len(refusal)
+            bearing = True
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning and isinstance(reasoning, str):
+            self._reasoning.append(reasoning)
+            chars += len(reasoning)
+            bearing = True
+        return chars if bearing else None
+
+    def _tool_deltas(self, tool_calls: list[Any]) -> int:
+        chars = 0
+        for call in tool_calls:
+            if not isinstance(call, dict):
+                continue
+            slot = self._tools.setdefault(call.get("index", len(self._tools)),
+                                          {"id": None, "type": "function", "name": None, "args": []})
+            if call.get("id"):
+                slot["id"] = call["id"]
+            if call.get("type"):
+                slot["type"] = call["type"]
+            function = call.get("function")
+            if isinstance(function, dict):
+                if function.get("name"):
+                    slot["name"] = (slot["name"] or "") + function["name"]
+                arguments = function.get("arguments")
+                if isinstance(arguments, str) and arguments:
+                    slot["args"].append(arguments)
+                    chars += len(arguments)
+        return chars
+
+    def finish(self) -> None:
+        super().finish()
+        ex = self.ex
+        for slot in self._tools.values():
+            ex.tool_calls.append(tool_call_record(slot["type"], slot["id"], slot["name"],
+                                                  "".join(slot["args"])))
+        if self._refusal:
+            ex.extra["refusal"] = "".join(self._refusal)
+        if self._reasoning:
+            ex.extra["reasoning"] = "".join(self._reasoning)
+        if self._logprobs:
+            ex.extra["logprobs"] = self._logprobs
+
+
+class OpenAIAdapter(HTTPAdapter):
+    protocol = "openai"
+    endpoint = "/chat/completions"
+    decoder = OpenAIStreamDecoder
+    wire_names = {"stop_sequences": "stop"}
+
+    def _protocol_headers(self, api_key: str | None) -> dict[str, str]:
+        return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def build_body(self, request: ChatRequest, skip=frozenset()) -> tuple[dict[str, Any], list[str]]:
+        body: dict[str, Any] = {"model": self.target.model, "max_tokens": request.max_tokens}
+        messages = request.messages
+        if request.system is not None:
+            messages = [_system_message(request.system), *messages]
+        body["messages"] = messages
+        body.update(self._sampling(request, skip))
+        if request.tools is not None:
+            body["tools"] = [openai_tool(tool) for tool in request.tools]
+        if request.tool_choice is not None:
+            body["tool_choice"] = openai_tool_choice(request.tool_choice)
+        if request.json_schema is not None:
+            schema = request.json_schema
+            body["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": schema.get("name", "output"), "schema": schema.get("schema", {}),
+                "strict": schema.get("strict", True)}}
+        elif request.json_object:
+            body["response_format"] = {"type": "json_object"}
+        body["stream"] = request.stream
+        if request.stream:
+            body["stream_options"] = {"include_usage": True}
+        return merge_extra(body, request.extra), []
+
+    def parse_body(self, ex: Exchange, body: dict[str, Any]) -> None:
+        if ex.request_id is None and isinstance(body.get("id"), str):
+            ex.request_id = body["id"]
+        ex.response_model = body.get("model")
+        ex.system_fingerprint = body.get("system_fingerprint")
+        if body.get("usage") is not None:
+            ex.usage = body["usage"]
+        if "timings" in body:
+            ex.extra["timings"] = body["timings"]
+        choices = body.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            return
+        choice = choices[0]
+        ex.finish_reason = choice.get("finish_reason")
+        message = choice.get("message")
+        if isinstance(message, dict):
+            if isinstance(message.get("content"), str):
+                ex.text = message["content"]
+            for call in message.get("tool_calls") or []:
+                if isinstance(call, dict):
+                    function = call.get("function") if isinstance(call.get("function"), dict) else {}
+                    ex.tool_calls.append(tool_call_record(call.get("type", "function"), call.get("id"),
+                                                          function.get("name"), function.get("arguments")))
+            if message.get("refusal"):
+                ex.extra["refusal"] = message["refusal"]
+            reasoning = message.get("reasoning_content") or message.get("reasoning")
+            if reasoning:
+                ex.extra["reasoning"] = reasoning
+        logprobs = choice.get("logprobs")
+        if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
+            ex.extra["logprobs"] = logprobs["content"]
