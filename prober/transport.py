@@ -24,8 +24,9 @@ import datetime as dt
 import os
 import ssl
 from collections import deque
+from collections.abc import Callable
 from time import perf_counter_ns
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from prober.config import Timeouts
@@ -200,11 +201,13 @@ class _Connection(asyncio.Protocol):
             self._write_waiter = self.loop.create_future()
             await self._write_waiter
 
-    def arm(self, read_timeout: float, deadline_ns: int) -> None:
+    def arm(self, timeouts: Timeouts, deadline_ns: int) -> None:
         """Start the read (idle) and total timers for one request. One timer per connection,
         re-armed lazily: data arrival only updates `recv_ns`, so chunks cost no timer churn."""
+        read_timeout = timeouts.read
         self.recv_ns = perf_counter_ns()
         self._read_timeout_s = read_timeout
+        self._total_timeout_s = timeouts.total
         self._read_timeout_ns = int(read_timeout * 1e9)
         self._deadline_ns = deadline_ns
         self._schedule(self.recv_ns)
@@ -217,7 +220,8 @@ class _Connection(asyncio.Protocol):
         self._timer = None
         now = perf_counter_ns()
         if now >= self._deadline_ns:
-            self.fail(TransportError("timeout", "total timeout: the request took longer than allowed"))
+            self.fail(TransportError("timeout", f"total timeout: the request took longer than "
+                                                f"{self._total_timeout_s:g}s"))
         elif now >= self.recv_ns + self._read_timeout_ns:
             self.fail(TransportError("timeout", f"read timeout: no data for {self._read_timeout_s:g}s"))
         else:
@@ -656,9 +660,9 @@ class HTTPTransport:
                     conn = await self._connect(deadline_ns)
                 response = Response(conn, self, reused=reused)
                 response.pool_wait_ns = pool_wait_ns
-                response.started_at = dt.datetime.now(dt.timezone.utc)
+                response.started_at = dt.datetime.now(dt.UTC)
                 response.start_ns = perf_counter_ns()
-                conn.arm(timeouts.read, deadline_ns)
+                conn.arm(timeouts, deadline_ns)
                 try:
                     await conn.write(message)
                     await response._read_head(method)

@@ -15,8 +15,14 @@ from prober.targets import make_adapter
 from prober.targets.anthropic import AnthropicAdapter
 from prober.targets.conformance import check_exchange
 from prober.targets.openai import OpenAIAdapter
-from tests.test_transport_support import (LAST_CHUNK, ScriptedServer, chunk, json_response,
-                                          response_bytes, sse_head)
+from tests.test_transport_support import (
+    LAST_CHUNK,
+    ScriptedServer,
+    chunk,
+    json_response,
+    response_bytes,
+    sse_head,
+)
 
 pytestmark = pytest.mark.timeout(60)
 USER = [{"role": "user", "content": "hi"}]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import ssl
 
@@ -45,7 +44,7 @@ def test_error_after_200_by_body_type(body, expected):
     (TransportError("timeout", "read timeout"), "timeout"),
     (TransportError("connection", "reset"), "connection"),
     (TransportError("protocol", "bad chunk"), "protocol"),
-    (asyncio.TimeoutError(), "timeout"),
+    (TimeoutError(), "timeout"),
     (ConnectionResetError(104, "Connection reset by peer"), "connection"),
     (ConnectionRefusedError(111, "Connection refused"), "connection"),
     (ssl.SSLError("bad"), "connection"),

@@ -18,8 +18,15 @@ from prober.targets.anthropic import AnthropicStreamDecoder
 from prober.targets.conformance import check_exchange
 from prober.targets.openai import OpenAIStreamDecoder
 from prober.targets.sse import SSEParser
-from tests.test_transport_support import (DATA, LAST_CHUNK, WIRE_SAMPLES, ScriptedServer, chunk,
-                                          sse_events, sse_head)
+from tests.test_transport_support import (
+    DATA,
+    LAST_CHUNK,
+    WIRE_SAMPLES,
+    ScriptedServer,
+    chunk,
+    sse_events,
+    sse_head,
+)
 
 pytestmark = pytest.mark.timeout(60)
 LLAMA = DATA / "llama-server"
@@ -312,3 +319,30 @@ def test_conformance_never_raises():
     ex = decode("openai", b"data: [1, 2]\n\n")
     ex.raw_events.append((None, object()))
     assert isinstance(check_exchange(ex), list)
+
+
+def test_llama_server_closing_after_each_stream_costs_no_error():
+    """llama-server closes the keep-alive connection after every streamed response without a
+    Connection: close header (recorded: server_closed_after_response). The next request must
+    still succeed, on a fresh connection."""
+    meta = json.loads((LLAMA / "openai-stream-include-usage.json").read_text())
+    assert meta["server_closed_after_response"] is True
+    raw = (LLAMA / "openai-stream-include-usage.http").read_bytes()
+
+    async def main():
+        async def handler(req, writer, server):
+            writer.write(raw)
+            await writer.drain()
+            return False                      # close, as llama-server does
+        async with ScriptedServer(handler) as server:
+            adapter = make_adapter(_target("openai", server.url), server.url, None)
+            exchanges = [await adapter.send(ChatRequest(messages=USER_MESSAGE)) for _ in range(3)]
+            await adapter.aclose()
+            return exchanges, server
+    exchanges, server = asyncio.run(main())
+    assert [ex.error_type for ex in exchanges] == [None, None, None]
+    assert all(ex.text.startswith("1. Red") for ex in exchanges)
+    assert server.connections == 3
+
+
+USER_MESSAGE = [{"role": "user", "content": "Name three colours, one word each."}]

@@ -12,8 +12,13 @@ import pytest
 
 from prober.config import Timeouts
 from prober.transport import HTTPTransport, TransportError, build_head, split_url
-from tests.test_transport_support import (LAST_CHUNK, ScriptedServer, chunk, response_bytes,
-                                          sse_head)
+from tests.test_transport_support import (
+    LAST_CHUNK,
+    ScriptedServer,
+    chunk,
+    response_bytes,
+    sse_head,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -320,7 +325,7 @@ def test_timestamps_order_and_gaps():
             transport, head = make(server)
             response = await transport.send(head, b"{}")
             arrivals = []
-            while data := await response.next_chunk():
+            while await response.next_chunk():
                 arrivals.append(response.last_ns)
             await response.aclose()
             assert response.start_ns < response.headers_ns < response.first_byte_ns

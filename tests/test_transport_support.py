@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 DATA = Path(__file__).parent / "data"
 WIRE_SAMPLES = Path("/work/shared/reference/wire-samples")

@@ -16,11 +16,23 @@ from time import perf_counter_ns
 from typing import Any, ClassVar
 
 from prober.config import TargetConfig
-from prober.records import KEPT_HEADER_PREFIXES, KEPT_HEADERS, ChatRequest, Exchange, utcnow
+from prober.records import (
+    KEPT_HEADER_PREFIXES,
+    KEPT_HEADERS,
+    ChatRequest,
+    Exchange,
+    utcnow,
+)
 from prober.targets.base import TargetAdapter
 from prober.targets.errors import classify_error
 from prober.targets.sse import SSEParser
-from prober.transport import HTTPTransport, Response, TransportError, build_head, split_url
+from prober.transport import (
+    HTTPTransport,
+    Response,
+    TransportError,
+    build_head,
+    split_url,
+)
 
 _KEPT = frozenset(KEPT_HEADERS)
 _SECRET_HEADERS = ("x-api-key", "authorization")
@@ -222,7 +234,7 @@ class HTTPAdapter(TargetAdapter):
 
     async def _exchange(self, body: dict[str, Any], stream: bool, attempt: int) -> Exchange:
         ex = Exchange(protocol=self.protocol, url=self.url, request_body=body,  # type: ignore[arg-type]
-                      request_headers=self._shown_headers[stream], started_at=utcnow(),
+                      request_headers=dict(self._shown_headers[stream]), started_at=utcnow(),
                       start_ns=perf_counter_ns(), stream=stream, attempt=attempt)
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         try:

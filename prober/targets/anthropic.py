@@ -6,7 +6,12 @@ import json
 from typing import Any
 
 from prober.records import ChatRequest, Exchange
-from prober.targets.adapter import HTTPAdapter, StreamDecoder, merge_extra, tool_call_record
+from prober.targets.adapter import (
+    HTTPAdapter,
+    StreamDecoder,
+    merge_extra,
+    tool_call_record,
+)
 from prober.transport import build_head
 
 _TOOL_BLOCKS = ("tool_use", "server_tool_use", "mcp_tool_use")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import ssl
 from typing import Any
@@ -103,7 +102,7 @@ def _classify_exception(exc: BaseException) -> tuple[str, str]:
     message = str(exc)[:_MESSAGE_LIMIT] or type(exc).__name__
     if isinstance(exc, TransportError):
         return exc.kind, message
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+    if isinstance(exc, TimeoutError):            # asyncio.TimeoutError is the same class
         return "timeout", message
     if isinstance(exc, (ssl.SSLError, ConnectionError, OSError)):
         return "connection", f"{type(exc).__name__}: {message}"

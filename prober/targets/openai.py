@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from prober.records import ChatRequest, Exchange
-from prober.targets.adapter import HTTPAdapter, StreamDecoder, merge_extra, tool_call_record
+from prober.targets.adapter import (
+    HTTPAdapter,
+    StreamDecoder,
+    merge_extra,
+    tool_call_record,
+)
 
 
 def openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
