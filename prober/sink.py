@@ -1,59 +1,144 @@
-"""From the event loop to the store, off the timing path.
+"""From the event loop to the store, off the timing path and off the event loop's core.
 
-`put` is called on the event loop the moment an attempt completes and returns at once. A single
-worker thread then checks the exchange against the official SDK types (findings, never errors)
-and hands the sample to the store's batching writer, which makes it durable within a second.
+`put` is called on the event loop the moment an attempt completes and returns at once. A child
+process then checks the exchange against the official SDK types (findings, never errors) and hands
+the sample to the store's batching writer, which makes it durable within a second.
+
+Why a process and not a thread: conformance checking and the SQL writer cost about as much CPU per
+request as the whole client path. In a thread they share the event loop's GIL, and at a few hundred
+concurrent streams the loop then lags by 100-300 ms, which inflates every TTFT it measures
+(bench/ttft_overhead.py shows both layouts). A process puts that work on the other core.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import threading
+import itertools
+import multiprocessing
+import os
+import queue
+import signal
+from typing import Any
 
 from prober.records import Sample
-from prober.targets.conformance import check_exchange
+
+_CONTEXT = multiprocessing.get_context("spawn")   # never fork a process that runs threads
+_POLL_SECONDS = 0.5
+
+
+class SinkError(Exception):
+    """Samples could not be stored; the message says how many and why."""
 
 
 class SampleSink:
-    def __init__(self, writer, conformance: bool = True) -> None:
-        self._writer = writer
-        self._conformance = conformance
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sample-sink")
-        self._pending: set[concurrent.futures.Future] = set()
-        self._lock = threading.Lock()
+    def __init__(self, store_url: str, max_output_chars: int | None = 65536, conformance: bool = True,
+                 start_timeout: float = 120.0) -> None:
+        self._inbox = _CONTEXT.Queue()
+        self._replies = _CONTEXT.Queue()
+        self._tokens = itertools.count()
         self.count = 0
+        self._process = _CONTEXT.Process(
+            target=_sink_main, name="prober-sample-sink", daemon=True,
+            args=(store_url, max_output_chars, conformance, self._inbox, self._replies, os.getpid()))
+        self._process.start()
+        self._await_reply("ready", start_timeout)
 
     def put(self, sample: Sample) -> None:
         self.count += 1
-        future = self._pool.submit(self._process, sample)
-        with self._lock:
-            self._pending.add(future)
-        future.add_done_callback(self._done)
+        self._inbox.put(sample)
 
-    def _done(self, future: concurrent.futures.Future) -> None:
-        with self._lock:
-            self._pending.discard(future)
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until every sample put so far is committed; raise SinkError if any was lost."""
+        token = next(self._tokens)
+        self._inbox.put(("flush", token))
+        self._await_reply(token, timeout)
 
-    def _process(self, sample: Sample) -> None:
+    def close(self, timeout: float | None = 300.0) -> None:
+        if not self._process.is_alive():
+            return
+        token = next(self._tokens)
+        self._inbox.put(("close", token))
+        try:
+            self._await_reply(token, timeout)
+        finally:
+            self._process.join(10)
+            if self._process.is_alive():
+                self._process.kill()
+
+    def _await_reply(self, token: Any, timeout: float | None) -> None:
+        while True:
+            try:
+                got, error = self._replies.get(timeout=_POLL_SECONDS)
+            except queue.Empty:
+                if not self._process.is_alive():
+                    raise SinkError(f"the sample-sink process died (exit code {self._process.exitcode})")
+                if timeout is not None:
+                    timeout -= _POLL_SECONDS
+                    if timeout <= 0:
+                        raise SinkError("the sample-sink process did not answer in time") from None
+                continue
+            if error is not None:
+                raise SinkError(error)
+            if got == token:
+                return
+
+
+def _sink_main(store_url: str, max_output_chars: int | None, conformance: bool,
+               inbox: multiprocessing.Queue, replies: multiprocessing.Queue, parent_pid: int) -> None:
+    # Ctrl-C reaches the whole process group; the parent decides when the run stops, and then
+    # closes the sink, which still has samples to write.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from prober.targets.conformance import check_exchange, prepare
+    from store import Store
+
+    try:
+        if conformance:
+            prepare()   # build the SDK validators before the first sample arrives
+        store = Store.open(store_url)
+        writer = store.sample_writer(max_output_chars)
+    except Exception as exc:
+        replies.put(("ready", f"{type(exc).__name__}: {exc}"))
+        return
+    replies.put(("ready", None))
+
+    def store_sample(sample: Sample) -> None:
         exchange = sample.exchange
-        if self._conformance:
+        if conformance:
             try:
                 exchange.findings.extend(check_exchange(exchange))
-            except Exception as exc:  # a checker bug must never lose a sample
+            except Exception as exc:   # a checker bug must never lose a sample
                 exchange.findings.append(f"conformance check failed: {type(exc).__name__}: {exc}")
-        exchange.raw_events = []   # parsed payloads are not stored; free them early
-        self._writer.submit(sample)
+        exchange.raw_events = []      # parsed payloads are checked, not stored
+        writer.submit(sample)
 
-    def flush(self) -> None:
-        """Block until every sample put so far is committed (raises a writer error if any)."""
-        with self._lock:
-            pending = list(self._pending)
-        concurrent.futures.wait(pending)
-        for future in pending:
-            future.result()
-        self._writer.flush()
-
-    def close(self) -> None:
-        self.flush()
-        self._pool.shutdown(wait=True)
-        self._writer.close()
+    try:
+        while True:
+            try:
+                item = inbox.get(timeout=_POLL_SECONDS)
+            except queue.Empty:
+                if os.getppid() != parent_pid:
+                    break   # the run was killed: keep what arrived, then stop
+                continue
+            if isinstance(item, Sample):
+                store_sample(item)
+                continue
+            command, token = item
+            try:
+                writer.flush()
+                replies.put((token, None))
+            except Exception as exc:
+                replies.put((token, f"{type(exc).__name__}: {exc}"))
+            if command == "close":
+                return
+    finally:
+        # Drain anything the parent managed to send before it went away.
+        while True:
+            try:
+                item = inbox.get_nowait()
+            except (queue.Empty, EOFError, OSError):
+                break
+            if isinstance(item, Sample):
+                store_sample(item)
+        try:
+            writer.close()
+        finally:
+            store.close()
