@@ -1,0 +1,134 @@
+"""The client under test: prober's own request path, in its own process.
+
+Each level is what `prober run` does for one level of the latency suite, minus the progress bar:
+the latency probe's `run` with a `TargetSession` (run budget, per-target gate, retries), the
+OpenAI adapter on prober's transport, a `SampleSink` with conformance checking on or off, and a
+real SQLite sample writer storing every sample, plus the event-loop lag monitor the runner keeps.
+TTFT is `Exchange.ttft_ms`; the store is checked afterwards to hold one row per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from time import perf_counter_ns
+
+from rich.console import Console
+
+import machine
+import prober
+from gc_pauses import GcPauses
+from prober.budget import RunBudget
+from prober.config import RunnerConfig, TargetConfig
+from prober.looplag import LoopLagMonitor
+from prober.progress import RunProgress
+from prober.records import Exchange, Run, utcnow
+from prober.session import TargetGate, TargetSession
+from prober.runner import quiet_garbage_collector
+from prober.sink import SampleSink
+from prober.targets import make_adapter
+from probes.latency import LatencyParams, LatencyProbe
+from sse_server import MODEL
+from store import Store
+
+
+@dataclass
+class _RecordingSession(TargetSession):
+    """A TargetSession that also hands the benchmark the Exchanges its closed loops returned."""
+
+    exchanges: list[Exchange] | None = None
+
+    async def closed_loop(self, **kwargs) -> list[Exchange]:
+        results = await super().closed_loop(**kwargs)
+        self.exchanges = (self.exchanges or []) + results
+        return results
+
+
+class ProberClient:
+    def __init__(self, base_url: str, db_url: str, max_concurrency: int) -> None:
+        self.base_url = base_url
+        self.db_url = db_url
+        self.store = Store.open(db_url)
+        self.target = TargetConfig(name="bench", protocol="openai", base_url=base_url, model=MODEL,
+                                   max_concurrency=max_concurrency)
+        self.settings = RunnerConfig(progress=False)
+        self.probe = LatencyProbe()
+
+    async def run_level(self, concurrency: int, count: int, conformance: bool) -> dict:
+        store, target, settings = self.store, self.target, self.settings
+        run = Run(id=uuid.uuid4().hex[:12], suite="bench-ttft-overhead", started_at=utcnow(),
+                  prober_version=prober.__version__, config_hash="bench", host=socket.gethostname(),
+                  pid=os.getpid(), targets=[target.name],
+                  notes={"concurrency": concurrency, "conformance": conformance})
+        store.create_run(run)
+        sink = SampleSink(self.db_url, settings.max_output_chars, conformance=conformance)
+        lag = LoopLagMonitor()
+        lag.start()
+        adapter = make_adapter(target, self.base_url, None)
+        session = _RecordingSession(
+            run_id=run.id, target=target, adapter=adapter, gate=TargetGate.for_target(target),
+            probe_name=self.probe.name, budget=RunBudget(settings.budget), sink=sink, settings=settings,
+            progress=RunProgress(Console(stderr=True), enabled=False), request_counter=itertools.count())
+        params = LatencyParams(levels=[concurrency], requests_per_level=count, warmup=0)
+
+        cpu0 = time.process_time()
+        t0 = perf_counter_ns()
+        await self.probe.run(session, params)
+        wall = (perf_counter_ns() - t0) / 1e9
+        cpu_loop = time.process_time() - cpu0
+        t1 = perf_counter_ns()
+        sink.flush()
+        drain = (perf_counter_ns() - t1) / 1e9
+        cpu_total = time.process_time() - cpu0
+
+        await lag.stop()
+        await adapter.aclose()
+        sink.close()
+        lag_summary = lag.summary(t0, t0 + int(wall * 1e9))
+        store.finish_run(run.id, "complete", utcnow(), loop_lag=lag.summary())
+        stored = store.get_run(run.id)["sample_count"]
+        unstored_at_end = sink.count - stored
+        findings = collections.Counter(f for row in store.samples(run.id) for f in row["findings"] or [])
+
+        exchanges = session.exchanges or []
+        return {
+            "ttft_ms": [ex.ttft_ms for ex in exchanges if ex.ok and ex.ttft_ms is not None],
+            "errors": [f"{ex.error_type}: {ex.error_message}" for ex in exchanges if not ex.ok]
+                      + ["no content chunk" for ex in exchanges if ex.ok and ex.ttft_ms is None],
+            "wall_s": wall, "cpu_s": cpu_loop, "cpu_with_drain_s": cpu_total,
+            "drain_s": drain, "unstored_at_end": unstored_at_end, "stored": stored,
+            "loop_lag_p99_ms": lag_summary["p99_ms"], "findings": findings.most_common(3),
+        }
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def client_process(control: Connection, base_url: str, db_url: str, max_concurrency: int) -> None:
+    """Process entry: run each {"concurrency", "count", "conformance"} command, send the results."""
+    machine.raise_fd_limit()
+    client = ProberClient(base_url, db_url, max_concurrency)
+    pauses = GcPauses()
+    control.send("ready")
+    try:
+        while True:
+            try:
+                command = control.recv()
+            except EOFError:
+                return
+            if command == "stop":
+                return
+            pauses.take()
+            with quiet_garbage_collector():
+                result = asyncio.run(client.run_level(command["concurrency"], command["count"],
+                                                  command["conformance"]))
+            control.send({**result, **pauses.take()})
+    finally:
+        client.close()
