@@ -76,5 +76,13 @@ def probe_names() -> list[str]:
 
 
 def _load_builtin_probes() -> None:
-    # Imported here, not at module load, so that `probes.base` has no import cycle with the families.
-    import probes.latency  # noqa: F401
+    """Import every module of the `probes` package, so that each family registers itself; adding a
+    family is adding a module. Done lazily to keep `probes.base` free of import cycles."""
+    import importlib
+    import pkgutil
+
+    import probes
+
+    for module in pkgutil.iter_modules(probes.__path__):
+        if module.name not in ("base", "prompts"):
+            importlib.import_module(f"probes.{module.name}")
