@@ -23,9 +23,11 @@ system-deps:
 local-endpoint: install
 	$(PROBER) local install
 
+# The local model shares 2 CPU cores with the client, so the demo sweeps a shorter range than the
+# suite's default (1..32): enough to see queueing set in past llama-server's 4 default slots.
 demo: install
 	$(PROBER) local start
-	$(PROBER) run --suite latency --target local
+	$(PROBER) run --suite latency --target local --param 'levels=[1, 2, 4, 8]' --param requests_per_level=16
 
 test: system-deps local-endpoint
 	$(PY) -m pytest -q -p no:cacheprovider
