@@ -180,7 +180,8 @@ def _print_metrics(metrics, title: str) -> None:
     for m in metrics:
         groups.setdefault((m.target, m.probe), []).append(m)
     for (target_name, probe_name), rows in groups.items():
-        table = Table("labels", Column("metric", no_wrap=True), "value", "95% CI", "n", "unit",
+        table = Table(Column("labels", no_wrap=True), Column("metric", no_wrap=True), "value", "95% CI",
+                      "n", "unit",
                       title=f"{escape(target_name)} / {probe_name}")
         order = {name: i for i, name in enumerate(dict.fromkeys(m.name for m in rows))}
 

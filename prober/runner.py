@@ -137,6 +137,7 @@ class Runner:
         budget = RunBudget(self.config.runner.budget)
         counter = itertools.count()
         sessions: list[TargetSession] = []
+        crashed: Exception | None = None
         try:
             with RunProgress(self.console, self.config.runner.progress) as progress:
                 for target in targets:
@@ -150,6 +151,12 @@ class Runner:
         except BudgetExhausted as exc:
             result.problems.append(f"budget exhausted: {exc}")
             result.status = "failed"
+        except Exception as exc:
+            # A bug in prober, not in the endpoint: keep the samples, mark the run failed, and let
+            # the traceback through so that it gets reported.
+            crashed = exc
+            result.problems.append(f"internal error: {type(exc).__name__}: {exc}")
+            result.status = "failed"
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
@@ -157,7 +164,7 @@ class Runner:
             sink.flush()
 
         result.samples = sink.count
-        if result.status != "interrupted":
+        if result.status != "interrupted" and crashed is None:
             result.metrics = self._summarize(store, run.id, suite, targets, sessions, lag)
             store.write_metrics(result.metrics)
             self._check_error_ceiling(store, run.id, result)
@@ -169,6 +176,8 @@ class Runner:
         store.finish_run(run.id, result.status, utcnow(), loop_lag=lag.summary(),
                          notes={"problems": result.problems, "attempts": budget.requests,
                                 "tokens": budget.tokens})
+        if crashed is not None:
+            raise crashed
         return result
 
     async def _run_target(self, run: Run, suite: Suite, target: TargetConfig, api_key: str | None,

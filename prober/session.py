@@ -91,6 +91,16 @@ class TargetSession:
             await asyncio.sleep(delay)
             attempt += 1
 
+    async def count_tokens(self, request: ChatRequest) -> int | None:
+        """Input tokens of `request` as the endpoint counts them (Anthropic's count_tokens route);
+        None where it cannot. Not a sample: counting is free and produces no Exchange, but it still
+        waits for the target's concurrency cap and rate limit."""
+        async with self.gate.semaphore:
+            if self.gate.throttler is not None:
+                async with self.gate.throttler:
+                    pass
+            return await self.adapter.count_tokens(request)
+
     async def closed_loop(self, *, concurrency: int, count: int, make_request: Callable[[int], ChatRequest],
                           case: str, labels: dict[str, Any], title: str) -> list[Exchange]:
         results: list[Exchange | None] = [None] * count

@@ -8,6 +8,7 @@ message_delta, message_stop.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from typing import Any
@@ -106,6 +107,30 @@ def render_prompt(data: dict[str, Any]) -> list[PromptBlock]:
     return blocks
 
 
+MAX_CACHE_BREAKPOINTS = 4
+
+
+def _place_breakpoints(data: dict[str, Any], blocks: list[PromptBlock]) -> list[PromptBlock]:
+    """The blocks with a top-level `cache_control` put on the last block (once, if that block has
+    its own), every cache_control checked: type ephemeral, ttl 5m or 1h, at most four in all."""
+    top = data.get("cache_control")
+    if top is not None:
+        if not isinstance(top, dict):
+            raise InvalidRequest("cache_control: Input should be a valid dictionary")
+        if blocks[-1].cache_control is None:
+            blocks = [*blocks[:-1], dataclasses.replace(blocks[-1], cache_control=top)]
+    marked = [block.cache_control for block in blocks if block.cache_control is not None]
+    for control in marked:
+        if control.get("type") != "ephemeral":
+            raise InvalidRequest("cache_control.type: Input should be 'ephemeral'")
+        if control.get("ttl", "5m") not in ("5m", "1h"):
+            raise InvalidRequest("cache_control.ttl: Input should be '5m' or '1h'")
+    if len(marked) > MAX_CACHE_BREAKPOINTS:
+        raise InvalidRequest(f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
+                             f"Found {len(marked)}.")
+    return blocks
+
+
 def _model(data: dict[str, Any]) -> str:
     model = data.get("model")
     if not isinstance(model, str) or not model:
@@ -125,7 +150,7 @@ def parse_request(body: bytes, request_id: str) -> GenRequest:
     if not isinstance(stream, bool):
         raise InvalidRequest("stream: Input should be a valid boolean")
     return GenRequest(protocol="anthropic", request_id=request_id, model=model, stream=stream,
-                      max_tokens=max_tokens, blocks=render_prompt(data), body=data)
+                      max_tokens=max_tokens, blocks=_place_breakpoints(data, render_prompt(data)), body=data)
 
 
 def count_tokens_response(body: bytes) -> bytes:
@@ -174,6 +199,9 @@ class Encoder:
             fields["cache_creation_input_tokens"] = write
         if read is not None:
             fields["cache_read_input_tokens"] = read
+        if usage.cache_write_5m_tokens is not None or usage.cache_write_1h_tokens is not None:
+            fields["cache_creation"] = {"ephemeral_5m_input_tokens": usage.cache_write_5m_tokens or 0,
+                                        "ephemeral_1h_input_tokens": usage.cache_write_1h_tokens or 0}
         fields["output_tokens"] = output_tokens
         return fields
 

@@ -6,7 +6,8 @@ Endpoints:
     POST /v1/chat/completions         OpenAI Chat Completions, streaming or not
     GET  /v1/models                   the scenario's models (Anthropic shape if anthropic-version is sent)
     GET  /_emulator/ground_truth      one record per generation request (see ground_truth.py)
-    POST /_emulator/reset             clear the ground truth and restart request numbering (fault draws)
+    POST /_emulator/reset             clear the ground truth and the prompt cache, restart request numbering
+                                      (fault draws)
     GET  /_emulator/scenario          the scenario in force, as JSON
 """
 
@@ -69,6 +70,7 @@ class Emulator:
     def reset(self) -> None:
         self._truth.clear()
         self._seq = 0
+        self._pipeline.reset()
 
     async def stop(self) -> None:
         if self._server is None:
@@ -166,6 +168,7 @@ class Emulator:
         self._seq += 1
         plan = self._pipeline.plan(gen, state)
         record.output_tokens = plan.usage.output_tokens
+        record.behaviours = plan.truth
         fault = plan.fault.kind if plan.fault else None
         record.fault = fault
         if fault in IMMEDIATE_ERRORS:
@@ -174,7 +177,12 @@ class Emulator:
                                                         retry_after_s=retry_after)
             record.status = status
             record.finished()
+            plan.ended()
             return await self._send(writer, request, status, headers, body)
+
+        def first_token_written() -> None:
+            record.first_token_written()
+            plan.first_token_written()
 
         encoder = wire.Encoder(gen, plan)
         record.status = encoder.error(MID_STREAM_ERROR)[0] if fault == "mid_stream_error" and not gen.stream else 200
@@ -187,12 +195,13 @@ class Emulator:
                 record.queue_wait_ms = (start - arrived) * 1000
                 record.scheduled_ttft_ms = (content_due(plan, start, gen.stream) - arrived) * 1000
                 frames = frames_for(plan, encoder, start, request.keep_alive)
-                result = await Player(writer.transport, frames, record.first_token_written).play()
+                result = await Player(writer.transport, frames, first_token_written).play()
             finally:
                 ended_normally = result is not None and not result.client_gone
                 self._slots.release(result.last_at if ended_normally else loop.time())
         finally:
             self._in_flight -= 1
+            plan.ended()
         record.tokens_sent = result.tokens_sent
         record.client_disconnected = result.client_gone
         record.finished()

@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from prober.emulator.caching import PromptCache
 from prober.emulator.faults import FaultInjection
+from prober.emulator.nondeterminism import ConcurrencyNondeterminism
 from prober.emulator.plan import GenRequest, ResponsePlan
 from prober.emulator.scenario import Scenario
 from prober.emulator.tokenizer import pseudo_text
@@ -49,7 +51,7 @@ class NaturalText:
 
 
 class UsageReport:
-    """Usage as counted by the emulator's tokenizer; cache fields zero (no caching yet) or absent."""
+    """Usage as counted by the emulator's tokenizer; cache fields zero (PromptCache fills them) or absent."""
 
     def __init__(self, scenario: Scenario) -> None:
         self.cache_fields = scenario.cache_usage_fields
@@ -63,7 +65,7 @@ class UsageReport:
 
 
 class Timing:
-    """First-token delay, prefill proportional to input tokens, a fixed decode rate."""
+    """First-token delay, prefill proportional to the input tokens not read from a cache, a fixed decode rate."""
 
     def __init__(self, scenario: Scenario) -> None:
         self.first_token_delay_s = scenario.first_token_delay_ms / 1000
@@ -72,7 +74,7 @@ class Timing:
 
     def apply(self, request: GenRequest, plan: ResponsePlan, state: ServerState) -> None:
         plan.first_token_delay_s = self.first_token_delay_s
-        plan.prefill_s = self.prefill_s_per_token * request.input_tokens
+        plan.prefill_s = self.prefill_s_per_token * (request.input_tokens - plan.cached_prompt_tokens)
         plan.token_interval_s = self.token_interval_s
 
 
@@ -94,8 +96,15 @@ class Pipeline:
             behaviour.apply(request, plan, state)
         return plan
 
+    def reset(self) -> None:
+        """Forget what behaviours remember between requests (those with a `reset` method: the cache)."""
+        for behaviour in self.behaviours:
+            reset = getattr(behaviour, "reset", None)
+            if reset is not None:
+                reset()
+
 
 def base_behaviours(scenario: Scenario) -> list[Behaviour]:
-    """The chain every scenario gets: text, usage, timing, fingerprint, then faults."""
-    return [NaturalText(scenario), UsageReport(scenario), Timing(scenario),
-            SystemFingerprint(scenario), FaultInjection(scenario)]
+    """The chain every scenario gets: text, nondeterminism, usage, prompt cache, timing, fingerprint, faults."""
+    return [NaturalText(scenario), ConcurrencyNondeterminism(scenario), UsageReport(scenario),
+            PromptCache(scenario), Timing(scenario), SystemFingerprint(scenario), FaultInjection(scenario)]

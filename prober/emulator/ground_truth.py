@@ -18,6 +18,8 @@ Fields of each record:
     input_tokens, output_tokens       as reported in usage
     tokens_sent         content tokens actually written
     client_disconnected the client went away before the response was complete
+    behaviours          what behaviours decided for this request, by behaviour name (ResponsePlan.truth)
+                        ("cache": the prompt cache's reads, writes and misses, see caching.py)
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def _utc(wall_ns: int) -> str:
@@ -54,6 +56,7 @@ class RequestTruth:
     output_tokens: int | None = None
     tokens_sent: int = 0
     client_disconnected: bool = False
+    behaviours: dict = field(default_factory=dict)
 
     def first_token_written(self) -> None:
         now_ns = time.perf_counter_ns()
@@ -81,7 +84,8 @@ class GroundTruth:
         return record
 
     def records(self) -> list[dict]:
-        return [dict(vars(record)) for record in self._records]   # flat fields: no deep copy needed
+        # Flat fields, and `behaviours` is never changed once set: no deep copy needed.
+        return [dict(vars(record)) for record in self._records]
 
     def clear(self) -> None:
         self._records.clear()

@@ -135,10 +135,12 @@ class Encoder:
 
     def _usage(self) -> dict[str, Any]:
         usage = self.plan.usage
-        return {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens,
-                "total_tokens": usage.input_tokens + usage.output_tokens,
-                "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens or 0},
-                "completion_tokens_details": {"reasoning_tokens": 0}}
+        fields: dict[str, Any] = {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens,
+                                  "total_tokens": usage.input_tokens + usage.output_tokens}
+        if usage.cache_read_tokens is not None:   # absent, as from vLLM without prompt-tokens details
+            fields["prompt_tokens_details"] = {"cached_tokens": usage.cache_read_tokens}
+        fields["completion_tokens_details"] = {"reasoning_tokens": 0}
+        return fields
 
     def _choice_chunk(self, delta: bytes, finish_reason: str | None = None) -> bytes:
         finish = b"null" if finish_reason is None else _dumps(finish_reason)

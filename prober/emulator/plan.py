@@ -7,6 +7,7 @@ knows about bytes on the wire.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -72,6 +73,9 @@ class Usage:
     output_tokens: int = 0
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
+    # cache_write_tokens split by TTL (Anthropic's usage.cache_creation); None: no such object
+    cache_write_5m_tokens: int | None = None
+    cache_write_1h_tokens: int | None = None
 
 
 @dataclass
@@ -93,7 +97,23 @@ class ResponsePlan:
     prefill_s: float = 0.0
     token_interval_s: float = 0.0
     fault: FaultPlan | None = None
+    # What a behaviour decided that tests need to know, by behaviour name; copied into the
+    # request's ground-truth record (e.g. {"nondeterminism": {"forked_at_token": 12, ...}}).
+    truth: dict[str, Any] = field(default_factory=dict)
+    cached_prompt_tokens: int = 0        # prompt tokens served from a prompt cache: prefill skips them
+    # Callbacks behaviours register: run when the first content token is written (a non-streaming
+    # body counts as written with all its tokens), and once the request is over, however it ended.
+    on_first_token: list[Callable[[], None]] = field(default_factory=list)
+    on_end: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def text(self) -> str:
         return "".join(self.tokens)
+
+    def first_token_written(self) -> None:
+        for hook in self.on_first_token:
+            hook()
+
+    def ended(self) -> None:
+        for hook in self.on_end:
+            hook()

@@ -1,6 +1,7 @@
 """Scenario: what the emulator does, set in a TOML file or in code.
 
-Top-level keys set timing, slots and models; the `[faults]` table sets fault rates. Unknown keys
+Top-level keys set timing, slots and models; the `[faults]` table sets fault rates and the
+`[nondeterminism]` table concurrency-dependent output, the `[cache]` table prompt caching. Unknown keys
 are errors, reported as one line naming the file and the key (`ConfigError`), like prober.toml.
 
     first_token_delay_ms = 20
@@ -17,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from prober.tomlfile import read_toml, validation_error
 
@@ -69,6 +70,54 @@ class Faults(_Strict):
         return getattr(self, kind)
 
 
+class Nondeterminism(_Strict):
+    """Concurrency-dependent output at temperature 0 (see nondeterminism.py).
+
+    Each natural answer has `near_ties` positions where two tokens are nearly tied. With k requests
+    batched together, each flips with probability base_flip_rate + (1 - base_flip_rate) *
+    min(1, flip_rate_per_extra_request * (k - 1)); from the first flip on, the answer takes another
+    deterministic continuation. With base_flip_rate 0 (the default), a request alone never flips.
+    """
+
+    flip_rate_per_extra_request: float = Field(0.0, ge=0, le=1, description="per near-tie, per other "
+                                               "request in the batch")
+    base_flip_rate: float = Field(0.0, ge=0, le=1, description="per near-tie at any batch size, alone too")
+    near_ties: int = Field(8, ge=0, description="near-tie positions in each natural answer")
+
+
+# Minimum cacheable prefix (tokens) per Anthropic model id; a key matches the model named exactly or
+# followed by "-" (a dated id), the longest key wins. From the hosted-API fact sheet's table.
+DEFAULT_MIN_CACHE_TOKENS: dict[str, int] = {
+    "claude-opus-4-8": 4096, "claude-opus-4-7": 4096, "claude-opus-4-6": 4096, "claude-opus-4-5": 4096,
+    "claude-haiku-4-5": 4096,
+    "claude-fable-5": 2048, "claude-sonnet-4-6": 2048, "claude-3-5-haiku": 2048, "claude-3-haiku": 2048,
+    "claude-sonnet-4-5": 1024, "claude-opus-4-1": 1024, "claude-sonnet-4": 1024, "claude-opus-4": 1024,
+    "claude-3-7-sonnet": 1024,
+}
+
+
+class CacheScenario(_Strict):
+    """Prompt caching: Anthropic breakpoints and OpenAI automatic caching (see caching.py)."""
+
+    enabled: bool = Field(True, description="false: nothing is ever written or read (usage reports 0)")
+    min_tokens: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_MIN_CACHE_TOKENS),
+                                       description="Anthropic model -> minimum cacheable prefix; "
+                                                   "entries given are merged over the defaults")
+    default_min_tokens: int = Field(1024, ge=0, description="minimum for Anthropic models not in min_tokens")
+    lookback_blocks: int = Field(20, ge=0, description="earlier block boundaries a breakpoint searches")
+    time_scale: float = Field(1.0, gt=0, description="the cache clock runs this many times faster than "
+                                                     "real time (so TTLs pass sooner)")
+    openai_min_tokens: int = Field(1024, ge=1)
+    openai_step_tokens: int = Field(128, ge=1)
+    openai_ttl_s: float = Field(600.0, gt=0, description="idle lifetime of an OpenAI entry on the cache "
+                                                         "clock; prompt_cache_retention 24h gives 24 h")
+
+    @field_validator("min_tokens", mode="before")
+    @classmethod
+    def _over_defaults(cls, value: object) -> object:
+        return {**DEFAULT_MIN_CACHE_TOKENS, **value} if isinstance(value, dict) else value
+
+
 class Scenario(_Strict):
     first_token_delay_ms: float = Field(20.0, ge=0, description="fixed delay before prefill, inside the slot")
     prefill_ms_per_token: float = Field(0.02, ge=0)
@@ -79,8 +128,11 @@ class Scenario(_Strict):
                               description="listed by /v1/models; any name is accepted in requests")
     system_fingerprint: str | None = "fp_emulator"
     seed: int = 0
-    cache_usage_fields: bool = Field(True, description="Anthropic usage carries cache_*_input_tokens")
+    cache_usage_fields: bool = Field(True, description="usage reports the cache (Anthropic cache_* fields, "
+                                                       "OpenAI prompt_tokens_details); false: absent")
     faults: Faults = Field(default_factory=Faults)
+    nondeterminism: Nondeterminism = Field(default_factory=Nondeterminism)
+    cache: CacheScenario = Field(default_factory=CacheScenario)
 
 
 def load_scenario(path: str | os.PathLike[str] | None = None) -> Scenario:
