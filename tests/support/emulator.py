@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from prober.emulator import Emulator, Scenario
+from prober.emulator.behaviours import Behaviour, base_behaviours
+from prober.emulator.caching import PromptCache
 
 
 TIMING_ATTEMPTS = 3
@@ -46,13 +48,33 @@ def run(coro: Any) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def running(scenario: Scenario | None = None) -> AsyncIterator[Emulator]:
-    emulator = Emulator(scenario or Scenario())
+async def running(scenario: Scenario | None = None,
+                  behaviours: list[Behaviour] | None = None) -> AsyncIterator[Emulator]:
+    emulator = Emulator(scenario or Scenario(), behaviours)
     await emulator.start("127.0.0.1", 0)
     try:
         yield emulator
     finally:
         await emulator.stop()
+
+
+class ManualClock:
+    """A clock a test moves by hand, for the prompt cache's TTLs: `clock.advance(301)`."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def cache_on_clock(scenario: Scenario, clock: ManualClock) -> list[Behaviour]:
+    """The scenario's usual behaviour chain, with the prompt cache's TTLs on `clock`."""
+    return [PromptCache(scenario, clock=clock) if isinstance(behaviour, PromptCache) else behaviour
+            for behaviour in base_behaviours(scenario)]
 
 
 def wire_samples_dir() -> Path:
@@ -111,16 +133,40 @@ class RawConnection:
 
     async def request(self, method: str, path: str, body: Any = None,
                       headers: dict[str, str] | None = None) -> RawResponse:
+        sent_ns = self._send(method, path, body, headers)
+        response = await self._read_head()
+        response.sent_ns = sent_ns
+        await self._read_body(response)
+        return response
+
+    async def request_until(self, method: str, path: str, body: Any, marker: bytes) -> RawResponse:
+        """Send a streaming request and read its chunks until one holds `marker` (say, the first
+        content token); `finish(response)` reads the rest."""
+        sent_ns = self._send(method, path, body, None)
+        response = await self._read_head()
+        response.sent_ns = sent_ns
+        assert response.headers.get("transfer-encoding") == "chunked", response.headers
+        while not response.chunks or marker not in response.chunks[-1][1]:
+            size = int((await self.reader.readuntil(b"\r\n")).strip(), 16)
+            assert size, f"stream ended before {marker!r}"
+            data = await self.reader.readexactly(size + 2)
+            response.chunks.append((time.perf_counter_ns(), data[:-2]))
+        return response
+
+    async def finish(self, response: RawResponse) -> RawResponse:
+        """Read the rest of a response begun with request_until."""
+        await self._read_body(response)
+        response.body = b"".join(payload for _, payload in response.chunks)
+        return response
+
+    def _send(self, method: str, path: str, body: Any, headers: dict[str, str] | None) -> int:
         payload = body if isinstance(body, bytes) else (b"" if body is None else json.dumps(body).encode())
         lines = [f"{method} {path} HTTP/1.1", "host: 127.0.0.1", f"content-length: {len(payload)}",
                  "content-type: application/json"]
         lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
         sent_ns = time.perf_counter_ns()
         self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
-        response = await self._read_head()
-        response.sent_ns = sent_ns
-        await self._read_body(response)
-        return response
+        return sent_ns
 
     async def _read_head(self) -> RawResponse:
         head = await self.reader.readuntil(b"\r\n\r\n")
