@@ -32,6 +32,10 @@ class ProbeContext(Protocol):
     async def send(self, request: ChatRequest, *, case: str, labels: dict[str, Any]) -> Exchange:
         """Send one logical request (retried as configured); returns the final attempt."""
 
+    async def count_tokens(self, request: ChatRequest) -> int | None:
+        """Input tokens of `request` as the endpoint counts them (Anthropic's count_tokens route);
+        None where the endpoint has no way to count. Nothing is stored."""
+
     async def closed_loop(self, *, concurrency: int, count: int, make_request: Callable[[int], ChatRequest],
                           case: str, labels: dict[str, Any], title: str) -> list[Exchange]:
         """`count` requests with `concurrency` workers, each sending its next request as soon as
