@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import tomllib
 from pathlib import Path
@@ -22,7 +23,10 @@ local_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                         help="Manage the local llama-server endpoint (SmolLM2-135M-Instruct).")
 app.add_typer(local_app, name="local")
 
-out = Console(highlight=False)
+# Cron and CI capture stdout: without a terminal rich would assume 80 columns and squeeze the
+# value columns of a metrics table away, so give captured output room unless COLUMNS says otherwise.
+_CAPTURED_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
+out = Console(highlight=False, width=_CAPTURED_WIDTH)
 err = Console(stderr=True, highlight=False)
 
 ConfigOption = Annotated[Optional[Path], typer.Option("--config", "-c", help="prober.toml to use "
