@@ -23,7 +23,8 @@ def _run_suite(tmp_path, port, *params):
                       f'[targets.local]\nprotocol = "openai"\nbase_url = "http://127.0.0.1:{port}"\n'
                       f'model = "SmolLM2-135M-Instruct"\n')
     args = [arg for param in params for arg in ("--param", param)]
-    run = prober("run", "--suite", "divergence", "--target", "local", "--config", str(config), *args, cwd=tmp_path)
+    run = prober("run", "--suite", "divergence", "--target", "local", "--config", str(config), *args, cwd=tmp_path,
+                 timeout=1800)   # ~100 s on an idle 2-core machine; far longer when it is shared
     assert run.returncode == 0, run.stdout + run.stderr
     store = Store.open(f"sqlite:///{tmp_path}/p.db")
     try:
