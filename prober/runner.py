@@ -17,7 +17,6 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from rich.console import Console
 
@@ -31,6 +30,7 @@ from prober.records import Metric, Run, utcnow
 from prober.session import TargetGate, TargetSession
 from prober.sink import SampleSink
 from prober.targets import make_adapter
+from prober.transport import unreachable_reason
 from store import Store
 from suites.loader import Suite, load_suite
 
@@ -57,18 +57,6 @@ def prepare(config: ProberConfig, suite_name: str, target_names: list[str] | Non
     targets = [config.target(name) for name in names]
     keys = {t.name: t.api_key(config.source) for t in targets}
     return suite, targets, keys
-
-
-async def _reachable(url: str, timeout: float) -> str | None:
-    """None if a TCP connection to the URL's host opens; otherwise why not."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, port), timeout)
-    except (OSError, asyncio.TimeoutError) as exc:
-        return f"cannot connect to {parts.hostname}:{port} ({type(exc).__name__}: {exc or 'timed out'})"
-    writer.close()
-    return None
 
 
 @contextlib.contextmanager
@@ -191,7 +179,7 @@ class Runner:
             base_url = emulator.base_url
         else:
             base_url = target.base_url
-            problem = await _reachable(base_url, target.timeouts.connect)
+            problem = await unreachable_reason(base_url, target.timeouts.connect)
             if problem:
                 hint = " (start it with `prober local start`)" if target.name == "local" else ""
                 result.problems.append(f"target {target.name}: {problem}{hint}")

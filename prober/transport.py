@@ -132,11 +132,7 @@ class _Connection(asyncio.Protocol):
         if self.sink is not None:
             self.sink()
             return
-        waiter = self.waiter
-        if waiter is not None:
-            self.waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+        self._wake()
         if len(self.buf) > _HIGH_WATER and not self._reading_paused and self.transport is not None:
             self._reading_paused = True
             self.transport.pause_reading()
@@ -690,3 +686,16 @@ class HTTPTransport:
         for conn in list(self._open):
             conn.close()
         self._open.clear()
+
+
+async def unreachable_reason(url: str, timeout: float) -> str | None:
+    """None if a TCP connection to the URL's host opens; otherwise why not. Lets the runner refuse
+    a run up front (exit 3) instead of storing a run's worth of connection errors."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, port), timeout)
+    except (OSError, asyncio.TimeoutError) as exc:
+        return f"cannot connect to {parts.hostname}:{port} ({type(exc).__name__}: {exc or 'timed out'})"
+    writer.close()
+    return None
