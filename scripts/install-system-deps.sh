@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# System packages the tests need: PostgreSQL's server binaries (the tests start their own
-# throwaway cluster; the Debian service is not used). Installed only when missing.
+# System packages the tests need, installed only when missing: PostgreSQL's server binaries and
+# Prometheus Alertmanager (the tests start their own throwaway instances; the Debian services are
+# not used), promtool (from the prometheus package) to check the Prometheus export, and Chromium to
+# load the HTML report headless.
 set -euo pipefail
 
 missing=()
 compgen -G "/usr/lib/postgresql/*/bin/initdb" > /dev/null || missing+=(postgresql)
+command -v prometheus-alertmanager > /dev/null || missing+=(prometheus-alertmanager)
+command -v promtool > /dev/null || missing+=(prometheus)
+command -v chromium > /dev/null || missing+=(chromium)
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0
@@ -16,7 +21,7 @@ fi
 echo "installing system packages: ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-# policy-rc.d keeps the package from starting a system cluster we do not use.
+# policy-rc.d keeps the packages from starting system services we do not use.
 printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
 trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null

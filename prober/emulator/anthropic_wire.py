@@ -23,11 +23,15 @@ _ERRORS: dict[str, tuple[int, str, str]] = {
     "server_error": (500, "api_error", "Internal server error"),
 }
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens"}
+# Penalty fields the Messages API does not have: the hosted API refuses them (reference/hosted-apis.md).
+_UNSUPPORTED_FIELDS = ("frequency_penalty", "presence_penalty", "repetition_penalty")
 _JSON = "application/json"
 _SSE = "text/event-stream; charset=utf-8"
 
 _DELTA_HEAD = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
                b'"delta":{"type":"text_delta","text":')
+_TOOL_DELTA_HEAD = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+                    b'"delta":{"type":"input_json_delta","partial_json":')
 _MALFORMED = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_del\n\n'
 
 
@@ -149,6 +153,9 @@ def parse_request(body: bytes, request_id: str) -> GenRequest:
     stream = data.get("stream", False)
     if not isinstance(stream, bool):
         raise InvalidRequest("stream: Input should be a valid boolean")
+    for name in _UNSUPPORTED_FIELDS:
+        if name in data:
+            raise InvalidRequest(f"{name}: Extra inputs are not permitted", param=name)
     return GenRequest(protocol="anthropic", request_id=request_id, model=model, stream=stream,
                       max_tokens=max_tokens, blocks=_place_breakpoints(data, render_prompt(data)), body=data)
 
@@ -189,6 +196,12 @@ class Encoder:
         self.request = request
         self.plan = plan
         self.message_id = f"msg_{uuid.uuid4().hex[:24]}"
+        self.tool_use_id = f"toolu_{uuid.uuid4().hex[:24]}"
+        self.delta_head = _DELTA_HEAD if plan.tool_name is None else _TOOL_DELTA_HEAD
+        self.stop_reasons = _STOP_REASONS if plan.tool_name is None else {**_STOP_REASONS, "stop": "tool_use"}
+
+    def _tool_use_block(self, tool_input: Any) -> dict[str, Any]:
+        return {"type": "tool_use", "id": self.tool_use_id, "name": self.plan.tool_name, "input": tool_input}
 
     def _usage(self, output_tokens: int) -> dict[str, Any]:
         usage = self.plan.usage
@@ -219,12 +232,13 @@ class Encoder:
     def preamble(self) -> bytes:
         # message_start's output_tokens is the API's interim 1, not a count.
         start = {"type": "message_start", "message": self._message([], None, 1)}
-        block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+        content_block = {"type": "text", "text": ""} if self.plan.tool_name is None else self._tool_use_block({})
+        block = {"type": "content_block_start", "index": 0, "content_block": content_block}
         return (_event("message_start", start) + _event("content_block_start", block)
                 + b'event: ping\ndata: {"type": "ping"}\n\n')
 
     def token(self, text: str) -> bytes:
-        return _DELTA_HEAD + _dumps(text) + b"}}\n\n"
+        return self.delta_head + _dumps(text) + b"}}\n\n"
 
     def malformed(self) -> bytes:
         return _MALFORMED
@@ -235,14 +249,24 @@ class Encoder:
 
     def epilogue(self) -> bytes:
         delta = {"type": "message_delta",
-                 "delta": {"stop_reason": _STOP_REASONS[self.plan.finish], "stop_sequence": None},
+                 "delta": {"stop_reason": self.stop_reasons[self.plan.finish], "stop_sequence": None},
                  "usage": {"output_tokens": self.plan.usage.output_tokens}}
         return (_event("content_block_stop", {"type": "content_block_stop", "index": 0})
                 + _event("message_delta", delta) + _event("message_stop", {"type": "message_stop"}))
 
     def message(self) -> bytes:
-        content = [{"type": "text", "text": self.plan.text}]
-        return _dumps(self._message(content, _STOP_REASONS[self.plan.finish], self.plan.usage.output_tokens))
+        content = [self._content_block()]
+        return _dumps(self._message(content, self.stop_reasons[self.plan.finish], self.plan.usage.output_tokens))
+
+    def _content_block(self) -> dict[str, Any]:
+        if self.plan.tool_name is None:
+            return {"type": "text", "text": self.plan.text}
+        try:
+            tool_input = json.loads(self.plan.text)
+        except ValueError:
+            # Arguments cut short (max_tokens) do not parse; the API would give no usable input either.
+            tool_input = {}
+        return self._tool_use_block(tool_input)
 
     def error(self, kind: ErrorKind) -> tuple[int, list[tuple[str, str]], bytes]:
         return error_response(kind, self.request.request_id)

@@ -132,6 +132,9 @@ class Encoder:
                 "model": request.model, "system_fingerprint": plan.system_fingerprint}
         self._chunk_head = b"data: " + _dumps(head)[:-1] + b',"choices":['
         self._chunk_tail = b'],"usage":null}\n\n' if request.include_usage else b"]}\n\n"
+        self.tool_call_id = f"call_{uuid.uuid4().hex[:24]}"
+        self._tool_call_opened = False
+        self.finish_reason = plan.finish if plan.tool_name is None or plan.finish != "stop" else "tool_calls"
 
     def _usage(self) -> dict[str, Any]:
         usage = self.plan.usage
@@ -157,7 +160,16 @@ class Encoder:
         return self._choice_chunk(b'{"role":"assistant","content":"","refusal":null}')
 
     def token(self, text: str) -> bytes:
-        return self._choice_chunk(b'{"content":' + _dumps(text) + b"}")
+        if self.plan.tool_name is None:
+            return self._choice_chunk(b'{"content":' + _dumps(text) + b"}")
+        # The call's id and name ride on its first arguments piece, so that the first chunk carrying
+        # tool_calls (where TTFT is measured) leaves when the first token is due, not with the preamble.
+        call: dict[str, Any] = {"index": 0, "function": {"arguments": text}}
+        if not self._tool_call_opened:
+            self._tool_call_opened = True
+            call = {"index": 0, "id": self.tool_call_id, "type": "function",
+                    "function": {"name": self.plan.tool_name, "arguments": text}}
+        return self._choice_chunk(_dumps({"tool_calls": [call]}))
 
     def malformed(self) -> bytes:
         return self._chunk_head[:len(self._chunk_head) // 2] + b"\n\n"   # JSON cut short
@@ -166,7 +178,7 @@ class Encoder:
         return b"data: " + _dumps(_error_body(kind, _ERRORS[kind][3])) + b"\n\n"
 
     def epilogue(self) -> bytes:
-        out = self._choice_chunk(b"{}", self.plan.finish)
+        out = self._choice_chunk(b"{}", self.finish_reason)
         if self.request.include_usage:
             out += self._chunk_head + b'],"usage":' + _dumps(self._usage()) + b"}\n\n"
         return out + b"data: [DONE]\n\n"
@@ -175,10 +187,17 @@ class Encoder:
         return _dumps({
             "id": self.completion_id, "object": "chat.completion", "created": self.created,
             "model": self.request.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": self.plan.text, "refusal": None},
-                         "logprobs": None, "finish_reason": self.plan.finish}],
+            "choices": [{"index": 0, "message": self._message(), "logprobs": None,
+                         "finish_reason": self.finish_reason}],
             "usage": self._usage(), "system_fingerprint": self.plan.system_fingerprint,
         })
+
+    def _message(self) -> dict[str, Any]:
+        if self.plan.tool_name is None:
+            return {"role": "assistant", "content": self.plan.text, "refusal": None}
+        call = {"id": self.tool_call_id, "type": "function",
+                "function": {"name": self.plan.tool_name, "arguments": self.plan.text}}
+        return {"role": "assistant", "content": None, "refusal": None, "tool_calls": [call]}
 
     def error(self, kind: ErrorKind) -> tuple[int, list[tuple[str, str]], bytes]:
         return error_response(kind, self.request.request_id)

@@ -97,6 +97,9 @@ class ResponsePlan:
     prefill_s: float = 0.0
     token_interval_s: float = 0.0
     fault: FaultPlan | None = None
+    # Set by a behaviour answering with a tool call (a forced tool_choice): the wire encoders render
+    # the tokens as the streamed arguments of one call to this tool instead of as text.
+    tool_name: str | None = None
     # What a behaviour decided that tests need to know, by behaviour name; copied into the
     # request's ground-truth record (e.g. {"nondeterminism": {"forked_at_token": 12, ...}}).
     truth: dict[str, Any] = field(default_factory=dict)
