@@ -77,6 +77,11 @@ def run(
     _print_metrics(result.metrics, title=f"run {result.run_id} ({result.status})")
     for problem in result.problems:
         err.print(f"problem: {escape(problem)}")
+    if result.alerts is not None:
+        from reports.alerts import describe
+
+        for line in describe(result.alerts):
+            out.print(escape(line))
     err.print(f"{result.samples} samples stored in {escape(cfg.store.url)}; run id {result.run_id}")
     raise typer.Exit(result.exit_code)
 
@@ -200,6 +205,132 @@ def _print_metrics(metrics, title: str) -> None:
         out.print(table)
 
 
+SinceOption = Annotated[Optional[str], typer.Option("--since", help="runs started within this period "
+                       "(30d, 12h, 2w, 90m) or since a date (2026-01-31)")]
+
+
+@app.command()
+def report(
+    since: SinceOption = "30d",
+    target: Annotated[Optional[str], typer.Option("--target", "-t", help="only this target")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="html, md or json")] = "html",
+    out_dir: Annotated[Path, typer.Option("--out", help="directory to write the report into")] = Path("prober-reports"),
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Write a report: per target and suite, the latest metrics against their SLOs, trends over
+    time, each suite's charts and a few sample outputs. The last line printed is the file's path.
+
+    Example: prober report --since 30d --format html --out /var/www/prober
+    """
+    from reports.collect import collect, parse_since
+    from reports.render import RENDERERS, write_report
+    from store import Store
+
+    if fmt not in RENDERERS:
+        raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(RENDERERS)}")
+    cfg = _config(config, db)
+    start = parse_since(since)
+    store = Store.open(cfg.store.url)
+    try:
+        collected = collect(store, cfg.slo, start, target)
+    finally:
+        store.close()
+    path = write_report(collected, fmt, out_dir)
+    broken = sum(1 for section in collected.sections for _, result in section.slo_results if result.broken)
+    err.print(f"{len(collected.sections)} target/suite section(s), {broken} SLO result(s) broken")
+    out.print(escape(str(path)), soft_wrap=True)
+
+
+@app.command()
+def history(
+    metric: Annotated[str, typer.Option("--metric", "-m", help="metric name, e.g. ttft_p50_ms")],
+    target: Annotated[Optional[str], typer.Option("--target", "-t", help="only this target")] = None,
+    suite: Annotated[Optional[str], typer.Option("--suite", "-s", help="only runs of this suite, or "
+                                                 "metrics of this probe")] = None,
+    labels: Annotated[Optional[list[str]], typer.Option("--labels", "-l", help="KEY=VALUE label filter; "
+                                                        "repeatable or comma-separated")] = None,
+    since: SinceOption = None,
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Print a metric's values over time, oldest run first.
+
+    Example: prober history --metric ttft_p50_ms --target local --labels concurrency=16
+    """
+    from reports.collect import parse_since
+    from reports.history import metric_over_time, parse_label_filters
+    from store import Store
+
+    cfg = _config(config, db)
+    wanted = parse_label_filters(labels or [])
+    start = parse_since(since)
+    store = Store.open(cfg.store.url)
+    try:
+        rows = metric_over_time(store, metric, target=target, suite=suite, labels=wanted, since=start)
+    finally:
+        store.close()
+    table = Table(Column("run started (UTC)", no_wrap=True), Column("run", no_wrap=True), "suite", "target",
+                  Column("labels", no_wrap=True), "value", "95% CI", "n", "unit", "run status",
+                  title=escape(metric))
+    for r in rows:
+        ci = f"{_fmt(r['ci_low'])} .. {_fmt(r['ci_high'])}" if r["ci_low"] is not None else ""
+        table.add_row(r["run_started_at"].strftime("%Y-%m-%d %H:%M:%S"), r["run_id"], escape(r["suite"]),
+                      escape(r["target"]), escape(", ".join(f"{k}={v}" for k, v in sorted((r["labels"] or {}).items()))),
+                      _fmt(r["value"]), ci, "" if r["n"] is None else str(r["n"]), escape(r["unit"] or ""),
+                      r["run_status"])
+    out.print(table)
+
+
+@app.command()
+def export(
+    fmt: Annotated[str, typer.Option("--format", "-f", help="csv, parquet or prometheus")],
+    out_dir: Annotated[Path, typer.Option("--out", help="directory to write into")] = Path("prober-export"),
+    since: SinceOption = None,
+    run_id: Annotated[Optional[str], typer.Option("--run", help="only this run (id or unique prefix)")] = None,
+    target: Annotated[Optional[str], typer.Option("--target", "-t", help="only this target")] = None,
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Export samples and metrics (csv, parquet), or the latest complete run of each target and
+    suite as a node_exporter textfile (prometheus: OUT/prober.prom).
+
+    Example: prober export --format prometheus --out /var/lib/node_exporter/textfile_collector
+    """
+    from reports.collect import parse_since
+    from reports.export import TABLE_FORMATS, export_tables
+    from reports.prometheus import describe, exposition
+    from store import Store
+
+    if fmt not in (*TABLE_FORMATS, "prometheus"):
+        raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(TABLE_FORMATS)}, prometheus")
+    cfg = _config(config, db)
+    start = parse_since(since)
+    store = Store.open(cfg.store.url)
+    try:
+        if run_id is not None:
+            found = store.get_run(run_id)
+            if found is None:
+                raise ConfigError(f"no run with id {run_id!r} in {cfg.store.url}")
+            run_id = found["id"]
+        if fmt == "prometheus":
+            rows = store.metric_history(since=start, run_id=run_id, target=target)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            path = out_dir / "prober.prom"
+            # node_exporter may read the directory at any moment: write aside, then rename.
+            partial = out_dir / ".prober.prom.partial"
+            partial.write_text(exposition(rows), encoding="utf-8")
+            partial.replace(path)
+            err.print(f"exported {escape(describe(rows))}")
+            written = [path.resolve()]
+        else:
+            written = export_tables(store, fmt, out_dir, since=start, run_id=run_id, target=target)
+    finally:
+        store.close()
+    for path in written:
+        out.print(escape(str(path)), soft_wrap=True)
+
+
 @app.command()
 def init(
     path: Annotated[Path, typer.Option("--path", help="where to write the file")] = Path("prober.toml"),
@@ -214,6 +345,26 @@ def init(
     example = Path(__file__).parent / "data" / "example.toml"
     path.write_text(example.read_text())
     out.print(f"wrote {escape(str(path))}")
+
+
+@app.command()
+def drill(
+    healthy_runs: Annotated[int, typer.Option(min=1, help="healthy runs before the regressed one (the drift "
+                                                         "baseline)")] = 3,
+    config: ConfigOption = None,
+    db: Annotated[Optional[str], typer.Option("--db", help="store URL for the drill's runs (default: a "
+                                              "temporary SQLite file, deleted afterwards)")] = None,
+) -> None:
+    """Fire drill: run the latency suite against the emulator, healthy then regressed, and deliver
+    the alerts to every sink configured in prober.toml ([[sinks]]). Exit 0 when the alert fired
+    and every sink accepted it, 1 otherwise.
+
+    Example: prober drill --config prober.toml
+    """
+    from reports.drill import run_drill
+
+    result = run_drill(_config(config), out, store_url=db, healthy_runs=healthy_runs)
+    raise typer.Exit(0 if result.ok else 1)
 
 
 @app.command()

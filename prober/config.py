@@ -113,17 +113,117 @@ class StoreConfig(_Strict):
     url: str = "sqlite:///prober.db"
 
 
+Comparator = Literal["<", "<=", ">", ">="]
+
+
+class SloRule(_Strict):
+    """`[[slo]]`: the healthy condition `metric <comparator> threshold`; the rule breaks when it is false.
+
+    A metric row matches when its name is `metric`, its labels include every `labels` entry, and
+    `target` / `suite` (when set) name its target and its run's suite or its probe (so that
+    suite = "latency" also covers the latency metrics of a nightly run). It fires after `for`
+    consecutive matching runs break, and resolves on the first matching run that holds.
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = Field(min_length=1)
+    metric: str = Field(min_length=1)
+    suite: str | None = None
+    target: str | None = None
+    labels: dict[str, Any] = Field(default_factory=dict, description="e.g. { concurrency = 16 }")
+    comparator: Comparator = "<="
+    threshold: float
+    for_runs: int = Field(1, ge=1, alias="for", description="consecutive breaking runs before it fires")
+    severity: Literal["warning", "critical"] = "warning"
+    description: str = ""
+
+
+class SinkConfig(_Strict):
+    """`[[sinks]]`: where alerts go. Secrets (the HMAC key, a Slack URL) come from environment variables."""
+
+    kind: Literal["webhook", "slack", "alertmanager"]
+    name: str = Field("", description="unique; defaults to the kind")
+    url: str | None = Field(None, description="webhook URL, Slack incoming-webhook URL, or Alertmanager base URL")
+    url_env: str | None = Field(None, description="environment variable holding the URL (Slack URLs are secrets)")
+    secret_env: str | None = Field(None, description="webhook only: variable holding the HMAC-SHA256 secret")
+    timeout: float = Field(10.0, gt=0, description="seconds per delivery attempt")
+    hold_hours: float = Field(26.0, gt=0, description="alertmanager only: endsAt of a firing alert, "
+                                                      "renewed by every run while it keeps firing")
+
+    @model_validator(mode="after")
+    def _check(self) -> "SinkConfig":
+        if (self.url is None) == (self.url_env is None):
+            raise ValueError("set exactly one of url and url_env")
+        if self.kind == "webhook" and not self.secret_env:
+            raise ValueError("a webhook sink needs secret_env (the variable holding its HMAC secret)")
+        if self.kind != "webhook" and self.secret_env:
+            raise ValueError("secret_env is for kind = \"webhook\" only")
+        self.name = self.name or self.kind
+        return self
+
+    def resolved_url(self, source: str) -> str:
+        if self.url is not None:
+            return self.url
+        value = os.environ.get(self.url_env or "")
+        if not value:
+            raise ConfigError(f"{source}: sinks.{self.name}.url_env: environment variable {self.url_env} is not set")
+        return value
+
+    def secret(self, source: str) -> bytes | None:
+        """The HMAC secret, read from the environment only (never stored, logged or reported)."""
+        if not self.secret_env:
+            return None
+        value = os.environ.get(self.secret_env)
+        if not value:
+            raise ConfigError(f"{source}: sinks.{self.name}.secret_env: environment variable "
+                              f"{self.secret_env} is not set")
+        return value.encode()
+
+
+class DriftConfig(_Strict):
+    """`[drift]`: each run against the previous complete runs of the same suite and target."""
+
+    enabled: bool = True
+    baseline_runs: int = Field(7, ge=1, description="previous complete runs in the baseline window")
+    min_baseline_runs: int = Field(3, ge=1, description="fewer complete runs than this: no drift test")
+    fdr: float = Field(0.05, gt=0, lt=1, description="Benjamini-Hochberg false discovery rate per run")
+    # The smallest change worth an alert, per metric kind ("proportion": absolute difference of
+    # shares; "latency": relative change of the median; "paired": change of the paired accuracy
+    # difference) or per metric name, which wins over its kind.
+    min_effect: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("min_effect")
+    @classmethod
+    def _non_negative(cls, value: dict[str, float]) -> dict[str, float]:
+        for key, effect in value.items():
+            if effect < 0:
+                raise ValueError(f"min_effect.{key} must be >= 0")
+        return value
+
+
 class ProberConfig(_Strict):
     targets: dict[str, TargetConfig] = Field(default_factory=dict)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     suite_paths: list[str] = Field(default_factory=list, description="directories searched before the built-ins")
+    slo: list[SloRule] = Field(default_factory=list)
+    sinks: list[SinkConfig] = Field(default_factory=list)
+    drift: DriftConfig = Field(default_factory=DriftConfig)
     source: str = Field("<built-in defaults>", exclude=True)
 
     @model_validator(mode="after")
     def _name_targets(self) -> "ProberConfig":
         for name, target in self.targets.items():
             target.name = name
+        return self
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "ProberConfig":
+        for table, names in (("slo", [r.name for r in self.slo]), ("sinks", [s.name for s in self.sinks])):
+            duplicates = sorted({n for n in names if names.count(n) > 1})
+            if duplicates:
+                raise ValueError(f"{table}: names must be unique (set name = ...); repeated: {', '.join(duplicates)}")
         return self
 
     def target(self, name: str) -> TargetConfig:
@@ -165,4 +265,6 @@ def load_config(path: str | os.PathLike[str] | None = None) -> ProberConfig:
     except ValidationError as exc:
         raise validation_error(source, exc) from None
     config.source = source
+    # A relative suite path means "next to this config file", so cron can run from any directory.
+    config.suite_paths = [str(path.parent / Path(p).expanduser()) for p in config.suite_paths]
     return config

@@ -1,7 +1,7 @@
 """Run a suite: expand it over targets, sample each, store everything, summarize into metrics.
 
-Exit codes (DESIGN.md): 0 all held; 1 an SLO broke or drift was detected (evaluated by reports/,
-not yet); 3 the run could not complete (endpoint unreachable, error rate over the ceiling, budget
+Exit codes (DESIGN.md): 0 all held; 1 an SLO broke or drift was detected (reports/alerts.py,
+after a complete run); 3 the run could not complete (endpoint unreachable, error rate over the ceiling, budget
 exhausted, interrupted). Configuration errors (2) are raised before anything is sent.
 """
 
@@ -45,6 +45,7 @@ class RunResult:
     metrics: list[Metric] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     samples: int = 0
+    alerts: Any = None   # reports.alerts.Evaluation of a complete run
 
 
 def prepare(config: ProberConfig, suite_name: str, target_names: list[str] | None,
@@ -85,14 +86,22 @@ class Runner:
 
     def run(self, suite_name: str, target_names: list[str] | None = None,
             overrides: dict[str, Any] | None = None) -> RunResult:
+        from reports.alerts import evaluate_run, make_sinks
+
         suite, targets, keys = prepare(self.config, suite_name, target_names, overrides)
+        sinks = make_sinks(self.config)   # an unset URL or secret variable is a usage error, before any request
         store = Store.open(self.config.store.url)
         try:
             for stale in store.mark_stale_runs_interrupted():
                 self.console.print(f"run {stale} was left running by a process that is gone: marked interrupted",
                                    markup=False)
             with quiet_garbage_collector():
-                return asyncio.run(self._main(store, suite, targets, keys))
+                result = asyncio.run(self._main(store, suite, targets, keys))
+            if result.status == "complete":
+                result.alerts = evaluate_run(store, self.config, result.run_id, sinks)
+                if result.alerts.firing and result.exit_code == EXIT_OK:
+                    result.exit_code = EXIT_ALERT
+            return result
         finally:
             store.close()
 

@@ -5,6 +5,8 @@ Pure functions over plain numbers; scipy only where an exact distribution is nee
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,7 +40,10 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float | Non
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # At 0 or n successes the bound is exactly 0 or 1; the formula leaves rounding dust (5.6e-17).
+    low = 0.0 if successes <= 0 else max(0.0, centre - half)
+    high = 1.0 if successes >= n else min(1.0, centre + half)
+    return low, high
 
 
 def proportion(successes: int, n: int) -> tuple[float | None, float | None, float | None]:
@@ -165,3 +170,192 @@ def fisher_exact(successes_1: int, n_1: int, successes_2: int, n_2: int,
 
     table = [[successes_2, n_2 - successes_2], [successes_1, n_1 - successes_1]]
     return float(scipy_fisher(table, alternative=alternative).pvalue)
+
+
+def proportion_difference(successes_1: int, n_1: int, successes_2: int, n_2: int
+                          ) -> tuple[float | None, float | None, float | None]:
+    """(second proportion minus the first, low, high) for two independent groups: Newcombe's
+    hybrid score interval, built from each group's Wilson interval (Newcombe 1998, method 10), so
+    it stays inside [-1, 1] and keeps its coverage at 0 or n successes. All None when a group is empty."""
+    if n_1 <= 0 or n_2 <= 0:
+        return None, None, None
+    p_1, p_2 = successes_1 / n_1, successes_2 / n_2
+    low_1, high_1 = wilson_interval(successes_1, n_1)
+    low_2, high_2 = wilson_interval(successes_2, n_2)
+    difference = p_2 - p_1
+    low = difference - math.sqrt((p_2 - low_2) ** 2 + (high_1 - p_1) ** 2)
+    high = difference + math.sqrt((high_2 - p_2) ** 2 + (p_1 - low_1) ** 2)
+    return difference, max(-1.0, low), min(1.0, high)
+
+
+# --- paired comparisons of two proportions (schema order) ---------------------------------------
+# Two variants answer the same items; only the discordant items (right under one, wrong under the
+# other) carry information about which is better. `a_only` counts items variant A got right and B
+# wrong, `b_only` the reverse.
+
+
+@dataclass(frozen=True)
+class McNemarResult:
+    p_value: float    # exact: two-sided binomial test of a_only against a_only + b_only at 1/2
+    mid_p: float      # the exact p-value minus the probability of the observed table (Fagerland 2013)
+
+
+def mcnemar(a_only: int, b_only: int) -> McNemarResult:
+    """Exact McNemar test. With no discordant pairs there is no evidence either way: p = mid-p = 1.
+    The exact p-value never exceeds its nominal level and is conservative on small tables; the
+    mid-p is closer to nominal and is what Fagerland et al. recommend for reporting."""
+    if a_only < 0 or b_only < 0:
+        raise ValueError("discordant counts must be non-negative")
+    discordant = a_only + b_only
+    if discordant == 0:
+        return McNemarResult(1.0, 1.0)
+    from scipy.stats import binom
+
+    smaller = min(a_only, b_only)
+    tail = float(binom.cdf(smaller, discordant, 0.5))
+    observed = float(binom.pmf(smaller, discordant, 0.5))
+    return McNemarResult(p_value=min(1.0, 2 * tail), mid_p=min(1.0, 2 * tail - observed))
+
+
+def paired_difference(a_only: int, b_only: int, n: int, z: float = Z95
+                      ) -> tuple[float | None, float | None, float | None]:
+    """(accuracy of A minus accuracy of B, low, high) over `n` paired items: the observed
+    difference (a_only - b_only) / n with the Bonett-Price adjusted Wald interval (one pseudo-count
+    added to each discordant cell, n + 2 in the denominator), which keeps close to its nominal
+    coverage where the plain Wald interval collapses (few or no discordant pairs). All None when n is 0."""
+    if n <= 0:
+        return None, None, None
+    if a_only < 0 or b_only < 0 or a_only + b_only > n:
+        raise ValueError("need 0 <= a_only + b_only <= n")
+    p_a, p_b = (a_only + 1) / (n + 2), (b_only + 1) / (n + 2)
+    centre = p_a - p_b
+    half = z * math.sqrt(max(0.0, p_a + p_b - centre * centre) / (n + 2))
+    return (a_only - b_only) / n, max(-1.0, centre - half), min(1.0, centre + half)
+
+
+def mcnemar_items_for_power(a_only: int, b_only: int, n: int, alpha: float = 0.05,
+                            power: float = 0.8) -> int | None:
+    """Paired items needed for `power` at two-sided level `alpha`, taking the observed discordance
+    as the truth: psi = (a_only + b_only) / n discordant, delta = (a_only - b_only) / n difference.
+    Connor's (1987) normal approximation, n = (z_a sqrt(psi) + z_b sqrt(psi - delta^2))^2 / delta^2,
+    rounded up. None when nothing was observed or the observed difference is zero (no finite n)."""
+    if n <= 0 or a_only == b_only:
+        return None
+    from scipy.stats import norm
+
+    psi, delta = (a_only + b_only) / n, (a_only - b_only) / n
+    z_alpha, z_beta = norm.isf(alpha / 2), norm.isf(1 - power)
+    needed = (z_alpha * math.sqrt(psi) + z_beta * math.sqrt(max(0.0, psi - delta * delta))) ** 2 / delta ** 2
+    return max(1, math.ceil(needed - 1e-9))
+
+
+def obrien_fleming_bounds(fractions: Sequence[float], alpha: float = 0.05, grid: int = 801) -> list[float]:
+    """Two-sided z boundaries of a group-sequential test at the information fractions given
+    (increasing, the last normally 1), spending alpha with the Lan-DeMets O'Brien-Fleming-type
+    function alpha(t) = 2 - 2 Phi(z_{alpha/2} / sqrt(t)): almost nothing is spent at early looks,
+    so only a decisive early result stops a run, and the final look stays close to the fixed-sample
+    test. Exact under the canonical joint distribution (independent increments), by numerical
+    integration of the score's density over the continuation region on a grid, look by look."""
+    import numpy as np
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    times = [float(t) for t in fractions]
+    if not times or any(t <= 0 or t > 1 for t in times) or any(b <= a for a, b in itertools.pairwise(times)):
+        raise ValueError("fractions must increase within (0, 1]")
+    z_half = norm.isf(alpha / 2)
+    spent = [2 * norm.sf(z_half / math.sqrt(t)) for t in times]
+    bounds = [float(norm.isf(spent[0] / 2))]
+    # Density of the score S_1 ~ N(0, t_1) on the continuation region |S_1| < c_1 sqrt(t_1).
+    edge = bounds[0] * math.sqrt(times[0])
+    points = np.linspace(-edge, edge, grid)
+    density = norm.pdf(points, scale=math.sqrt(times[0]))
+    for (previous, time_k), spend in zip(itertools.pairwise(times), np.diff(spent)):
+        weights = density * np.gradient(points)         # trapezoid-like weights over the grid
+        sigma = math.sqrt(time_k - previous)
+        excess = functools.partial(_excess_crossing, time=time_k, points=points, weights=weights, sigma=sigma,
+                                   spend=spend)
+        if spend <= 0 or excess(40.0) >= 0:
+            bound = 40.0      # nothing left to spend here: a bound no test statistic reaches
+        else:
+            bound = brentq(excess, 1e-6, 40.0, xtol=1e-10)
+        bounds.append(float(bound))
+        edge = bound * math.sqrt(time_k)
+        grown = np.linspace(-edge, edge, grid)
+        density = (weights[None, :] * norm.pdf((grown[:, None] - points[None, :]) / sigma) / sigma).sum(axis=1)
+        points = grown
+    return bounds
+
+
+def _excess_crossing(bound: float, *, time: float, points, weights, sigma: float, spend: float) -> float:
+    """P(first crossing of +-bound at this look) minus the alpha to spend there; the continuation
+    density so far is given as `weights` at score values `points`, the increment's sd is `sigma`."""
+    from scipy.stats import norm
+
+    edge = bound * math.sqrt(time)
+    return float((weights * (norm.cdf((-edge - points) / sigma) + norm.sf((edge - points) / sigma))).sum()) - spend
+
+
+def nominal_alphas(bounds: Sequence[float]) -> list[float]:
+    """The two-sided p-value each z boundary corresponds to: a look stops the run when its
+    p-value is at or below the look's nominal alpha."""
+    from scipy.stats import norm
+
+    return [float(2 * norm.sf(b)) for b in bounds]
+
+
+# --- drift: rank tests and multiple comparisons (reports/drift.py) -----------------------------
+
+def mann_whitney(baseline: Sequence[float], current: Sequence[float], margin: float = 0.0) -> float | None:
+    """Two-sided Mann-Whitney U p-value that `current` is shifted against `baseline`; with a
+    margin, shifted by more than a factor (1 + margin) either way.
+
+    The margin makes the null an interval, "the ratio current/baseline lies within
+    [1/(1 + margin), 1 + margin]": the smaller of two one-sided tests against the baseline scaled
+    to each edge, doubled (with margin 0, the ordinary two-sided test). A minimum effect folded
+    into the test: a run that moves night to night by a few percent stays under its nominal
+    level, where a point-null test fires on any sample large enough. Values must be positive
+    (durations) when margin > 0. Exact for small samples without ties, else the tie-corrected
+    normal approximation. None when either sample is empty."""
+    if not baseline or not current:
+        return None
+    from scipy.stats import mannwhitneyu
+
+    upper = [v * (1 + margin) for v in baseline]
+    lower = [v / (1 + margin) for v in baseline]
+    p_up = mannwhitneyu(current, upper, alternative="greater", method="auto").pvalue
+    p_down = mannwhitneyu(current, lower, alternative="less", method="auto").pvalue
+    return float(min(1.0, 2 * min(p_up, p_down)))
+
+
+def paired_difference_change(a_only: int, b_only: int, n: int, base_a_only: int, base_b_only: int,
+                             base_n: int) -> float | None:
+    """Two-sided p-value that the paired accuracy difference (a_only - b_only) / n of one sample of
+    paired items differs from another's (a baseline's, pooled): a Wald z-test with each
+    difference's paired variance ((a + b) - (a - b)^2 / n) / n^2. None when a sample is empty or
+    neither has a discordant pair."""
+    if n <= 0 or base_n <= 0:
+        return None
+    variance = ((a_only + b_only) - (a_only - b_only) ** 2 / n) / n ** 2 \
+        + ((base_a_only + base_b_only) - (base_a_only - base_b_only) ** 2 / base_n) / base_n ** 2
+    if variance <= 0:
+        return None
+    from scipy.stats import norm
+
+    z = ((a_only - b_only) / n - (base_a_only - base_b_only) / base_n) / math.sqrt(variance)
+    return float(min(1.0, 2 * norm.sf(abs(z))))
+
+
+def benjamini_hochberg(p_values: Sequence[float | None]) -> list[float | None]:
+    """Benjamini-Hochberg adjusted p-values (q-values), in the input order; None stays None.
+
+    A test is a discovery at false discovery rate `q` when its adjusted p-value is <= q.
+    """
+    indexed = [(p, i) for i, p in enumerate(p_values) if p is not None]
+    adjusted: list[float | None] = [None] * len(p_values)
+    m = len(indexed)
+    running = 1.0
+    for rank, (p, i) in reversed(list(enumerate(sorted(indexed), start=1))):
+        running = min(running, p * m / rank)
+        adjusted[i] = min(1.0, running)
+    return adjusted

@@ -125,9 +125,58 @@ def _m001_initial(conn: sa.Connection) -> None:
     md.create_all(conn)
 
 
+def _m002_alerts(conn: sa.Connection) -> None:
+    """alerts (each alert's state), alert_events (the outbox of state changes), alert_deliveries."""
+    # Frozen: this is the version-2 shape of the alert tables.
+    md = sa.MetaData()
+    row_id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+    sa.Table(
+        "alerts", md,
+        sa.Column("key", sa.Text, primary_key=True),
+        sa.Column("kind", sa.Text, nullable=False),
+        sa.Column("name", sa.Text, nullable=False),
+        sa.Column("severity", sa.Text, nullable=False),
+        sa.Column("target", sa.Text, nullable=False),
+        sa.Column("suite", sa.Text, nullable=False),
+        sa.Column("probe", sa.Text, nullable=False),
+        sa.Column("metric", sa.Text, nullable=False),
+        sa.Column("labels", JSONColumn()),
+        sa.Column("state", sa.Text, nullable=False),
+        sa.Column("breaks", sa.Integer, nullable=False),
+        sa.Column("value", sa.Float),
+        sa.Column("summary", SafeText),
+        sa.Column("detail", JSONColumn()),
+        sa.Column("fired_at", UTCDateTime),
+        sa.Column("resolved_at", UTCDateTime),
+        sa.Column("updated_at", UTCDateTime, nullable=False),
+        sa.Column("last_run_id", sa.Text),
+        sa.Index("ix_alerts_state", "state"),
+    )
+    sa.Table(
+        "alert_events", md,
+        sa.Column("id", row_id, primary_key=True, autoincrement=True),
+        sa.Column("alert_key", sa.Text, sa.ForeignKey("alerts.key"), nullable=False),
+        sa.Column("status", sa.Text, nullable=False),
+        sa.Column("run_id", sa.Text),
+        sa.Column("created_at", UTCDateTime, nullable=False),
+        sa.Column("payload", JSONColumn()),
+    )
+    sa.Table(
+        "alert_deliveries", md,
+        sa.Column("event_id", row_id, sa.ForeignKey("alert_events.id"), primary_key=True, autoincrement=False),
+        sa.Column("sink", sa.Text, primary_key=True),
+        sa.Column("attempts", sa.Integer, nullable=False),
+        sa.Column("delivered_at", UTCDateTime),
+        sa.Column("last_error", SafeText),
+        sa.Index("ix_alert_deliveries_pending", "sink", "delivered_at"),
+    )
+    md.create_all(conn)
+
+
 # Append new migrations here; never edit or reorder the ones above.
 MIGRATIONS: list[Migration] = [
     _m001_initial,
+    _m002_alerts,
 ]
 
 

@@ -93,3 +93,51 @@ metrics = sa.Table(
     sa.Column("unit", sa.Text),
     sa.Index("ix_metrics_run_id", "run_id"),
 )
+
+ALERT_STATES = ("ok", "pending", "firing", "resolved")
+
+# One row per alert identity (an SLO rule on one target/probe/label set, or one drift test).
+alerts = sa.Table(
+    "alerts", metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("severity", sa.Text, nullable=False),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("suite", sa.Text, nullable=False),
+    sa.Column("probe", sa.Text, nullable=False),
+    sa.Column("metric", sa.Text, nullable=False),
+    sa.Column("labels", JSONColumn()),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("breaks", sa.Integer, nullable=False),
+    sa.Column("value", sa.Float),
+    sa.Column("summary", SafeText),
+    sa.Column("detail", JSONColumn()),
+    sa.Column("fired_at", UTCDateTime),
+    sa.Column("resolved_at", UTCDateTime),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("last_run_id", sa.Text),
+    sa.Index("ix_alerts_state", "state"),
+)
+
+# The outbox: one row per state change (firing, resolved), with the payload as it was then.
+alert_events = sa.Table(
+    "alert_events", metadata,
+    sa.Column("id", RowId, primary_key=True, autoincrement=True),
+    sa.Column("alert_key", sa.Text, sa.ForeignKey("alerts.key"), nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("run_id", sa.Text),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("payload", JSONColumn()),
+)
+
+# Per event and sink: delivered or not yet, so a sink that was down gets it on a later run, once.
+alert_deliveries = sa.Table(
+    "alert_deliveries", metadata,
+    sa.Column("event_id", RowId, sa.ForeignKey("alert_events.id"), primary_key=True, autoincrement=False),
+    sa.Column("sink", sa.Text, primary_key=True),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("delivered_at", UTCDateTime),
+    sa.Column("last_error", SafeText),
+    sa.Index("ix_alert_deliveries_pending", "sink", "delivered_at"),
+)

@@ -19,7 +19,7 @@ from prober.records import Metric, Run, utcnow
 from store.engine import open_engine, redacted, write_transaction
 from store.migrations import migrate
 from store.rows import metric_row, run_row
-from store.schema import RUN_STATUSES, metrics, runs, samples
+from store.schema import ALERT_STATES, RUN_STATUSES, alert_deliveries, alert_events, alerts, metrics, runs, samples
 from store.writer import SampleWriteError, SampleWriter
 
 if TYPE_CHECKING:
@@ -231,6 +231,123 @@ class Store:
             query = query.where(metrics.c.target == target)
         with self._engine.connect() as conn:
             return [dict(row._mapping) for row in conn.execute(query)]
+
+    # -- alerts and their outbox (reports/alerts.py) ------------------------------------------
+
+    def alerts(self, keys: Iterable[str] | None = None, state: str | None = None) -> list[dict[str, Any]]:
+        """Alert rows (all, or those with these keys, or in this state), oldest key first."""
+        query = sa.select(alerts).order_by(alerts.c.key)
+        if keys is not None:
+            query = query.where(alerts.c.key.in_(list(keys)))
+        if state is not None:
+            query = query.where(alerts.c.state == state)
+        with self._engine.connect() as conn:
+            return [dict(row._mapping) for row in conn.execute(query)]
+
+    def save_alert_changes(self, alert_rows: Sequence[dict[str, Any]], events: Sequence[dict[str, Any]],
+                           sinks: Sequence[str]) -> list[int]:
+        """Upsert alert rows and append state-change events to the outbox, each with one pending
+        delivery per sink, all in one transaction (a crash leaves neither a state without its
+        event nor an event without its state). Returns the new event ids."""
+        for row in alert_rows:
+            if row["state"] not in ALERT_STATES:
+                raise ValueError(f"alert state must be one of {', '.join(ALERT_STATES)}, not {row['state']!r}")
+
+        def work(conn: sa.Connection) -> list[int]:
+            for row in alert_rows:
+                exists = conn.execute(sa.select(alerts.c.key).where(alerts.c.key == row["key"])).first()
+                if exists:
+                    conn.execute(alerts.update().where(alerts.c.key == row["key"]).values(row))
+                else:
+                    conn.execute(alerts.insert().values(row))
+            ids: list[int] = []
+            for event in events:
+                event_id = conn.execute(alert_events.insert().values(event)).inserted_primary_key[0]
+                ids.append(event_id)
+                for sink in sinks:
+                    conn.execute(alert_deliveries.insert().values(event_id=event_id, sink=sink, attempts=0))
+            return ids
+
+        return write_transaction(self._engine, work)
+
+    def alert_events(self, alert_key: str | None = None) -> list[dict[str, Any]]:
+        """Outbox events in the order they happened, each with `deliveries`: {sink: delivery row}."""
+        query = sa.select(alert_events).order_by(alert_events.c.id)
+        if alert_key is not None:
+            query = query.where(alert_events.c.alert_key == alert_key)
+        with self._engine.connect() as conn:
+            events = [dict(row._mapping) for row in conn.execute(query)]
+            by_id = {event["id"]: event for event in events}
+            for event in events:
+                event["deliveries"] = {}
+            if by_id:
+                for row in conn.execute(sa.select(alert_deliveries)
+                                        .where(alert_deliveries.c.event_id.in_(list(by_id)))):
+                    by_id[row.event_id]["deliveries"][row.sink] = dict(row._mapping)
+        return events
+
+    def pending_deliveries(self, sink: str) -> list[dict[str, Any]]:
+        """Events not yet delivered to this sink, oldest first, with `attempts` and `last_error`."""
+        query = (sa.select(alert_events, alert_deliveries.c.attempts, alert_deliveries.c.last_error)
+                 .join(alert_deliveries, alert_deliveries.c.event_id == alert_events.c.id)
+                 .where(alert_deliveries.c.sink == sink, alert_deliveries.c.delivered_at.is_(None))
+                 .order_by(alert_events.c.id))
+        with self._engine.connect() as conn:
+            return [dict(row._mapping) for row in conn.execute(query)]
+
+    def record_delivery(self, event_id: int, sink: str, delivered_at: dt.datetime | None,
+                        error: str | None = None) -> None:
+        """One delivery attempt: delivered (with its time) or failed (with the error)."""
+        def work(conn: sa.Connection) -> None:
+            conn.execute(alert_deliveries.update()
+                         .where(alert_deliveries.c.event_id == event_id, alert_deliveries.c.sink == sink)
+                         .values(attempts=alert_deliveries.c.attempts + 1, delivered_at=delivered_at,
+                                 last_error=error))
+
+        write_transaction(self._engine, work)
+
+    # -- across runs (reports, history, export) ---------------------------------------------
+
+    def metric_history(self, *, since: dt.datetime | None = None, target: str | None = None,
+                       suite: str | None = None, name: str | None = None, run_id: str | None = None,
+                       statuses: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Metric rows across runs, oldest run first, each with its run's `suite`, `run_started_at`,
+        `run_finished_at` and `run_status`. `since` keeps runs started at or after it."""
+        query = (sa.select(metrics, runs.c.suite, runs.c.started_at.label("run_started_at"),
+                           runs.c.finished_at.label("run_finished_at"), runs.c.status.label("run_status"))
+                 .join(runs, runs.c.id == metrics.c.run_id)
+                 .order_by(runs.c.started_at, runs.c.id, metrics.c.id))
+        query = _across_runs(query, metrics, since, target, suite, run_id, statuses)
+        if name is not None:
+            query = query.where(metrics.c.name == name)
+        with self._engine.connect() as conn:
+            return [dict(row._mapping) for row in conn.execute(query)]
+
+    def sample_history(self, *, since: dt.datetime | None = None, target: str | None = None,
+                       suite: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Sample rows across runs, oldest run first, each with its run's `suite`."""
+        query = (sa.select(samples, runs.c.suite)
+                 .join(runs, runs.c.id == samples.c.run_id)
+                 .order_by(runs.c.started_at, runs.c.id, samples.c.id))
+        query = _across_runs(query, samples, since, target, suite, run_id, None)
+        with self._engine.connect() as conn:
+            return [dict(row._mapping) for row in conn.execute(query)]
+
+
+def _across_runs(query: sa.Select, table: sa.Table, since: dt.datetime | None, target: str | None,
+                 suite: str | None, run_id: str | None, statuses: Sequence[str] | None) -> sa.Select:
+    """The filters metric_history and sample_history share."""
+    if since is not None:
+        query = query.where(runs.c.started_at >= since)
+    if target is not None:
+        query = query.where(table.c.target == target)
+    if suite is not None:
+        query = query.where(runs.c.suite == suite)
+    if run_id is not None:
+        query = query.where(runs.c.id == run_id)
+    if statuses is not None:
+        query = query.where(runs.c.status.in_(list(statuses)))
+    return query
 
 
 def _current_notes(conn: sa.Connection, run_id: str) -> dict[str, Any] | None:

@@ -32,6 +32,12 @@ def test_wilson_interval_matches_reference(k, n, low, high):
     assert hi == pytest.approx(high, abs=5e-4)
 
 
+@pytest.mark.parametrize("n", [1, 3, 7, 10, 49, 1000])
+def test_wilson_interval_ends_exactly_at_zero_and_one(n):
+    assert stats.wilson_interval(0, n)[0] == 0.0
+    assert stats.wilson_interval(n, n)[1] == 1.0
+
+
 def test_wilson_interval_matches_statsmodels_formula_with_scipy_quantile():
     from scipy.stats import norm
 

@@ -44,14 +44,15 @@ def test_new_database_gets_the_whole_schema(store_url):
     Store.open(store_url).close()
     engine = open_engine(store_url)
     try:
-        assert set(sa.inspect(engine).get_table_names()) == {"runs", "samples", "metrics", "schema_migrations"}
+        assert set(sa.inspect(engine).get_table_names()) == {"runs", "samples", "metrics", "schema_migrations",
+                                                              "alerts", "alert_events", "alert_deliveries"}
         assert _columns(engine, "runs") == RUN_COLUMNS
         assert _columns(engine, "samples") == SAMPLE_COLUMNS
         assert _columns(engine, "metrics") == METRIC_COLUMNS
         assert _indexes(engine, "runs") == {"ix_runs_suite_started_at": ["suite", "started_at"]}
         assert _indexes(engine, "samples") == {"ix_samples_run_id": ["run_id"]}
         assert _indexes(engine, "metrics") == {"ix_metrics_run_id": ["run_id"]}
-        assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial")]
+        assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial"), (2, "m002_alerts")]
         assert schema_version(engine) == len(MIGRATIONS)
     finally:
         engine.dispose()
@@ -112,12 +113,14 @@ def test_old_database_is_upgraded_in_place_and_keeps_its_rows(store_url):
         assert rows == [(i, "from v1") for i in range(5)]
         if inode is not None:
             assert os.stat(store_url.removeprefix("sqlite:///")).st_ino == inode   # the same file, not a new one
-        assert [row[1] for row in _bookkeeping(engine)] == ["m001_initial", "m002_add_sample_note_and_baselines"]
+        assert [row[1] for row in _bookkeeping(engine)] == \
+            [*(migration.__name__.lstrip("_") for migration in MIGRATIONS), "m002_add_sample_note_and_baselines"]
     finally:
         engine.dispose()
 
     # This code knows one migration fewer than the database has: refuse rather than misread it.
-    with pytest.raises(ConfigError, match=r"schema version 2, newer than this prober knows \(1\)"):
+    with pytest.raises(ConfigError, match=rf"schema version {len(later)}, newer than this prober knows "
+                                          rf"\({len(MIGRATIONS)}\)"):
         Store.open(store_url)
 
 
@@ -127,7 +130,7 @@ def test_migrate_stops_at_a_version_and_resumes(store_url):
     try:
         assert migrate(engine, later, upto=1) == [1]
         assert schema_version(engine) == 1 and "note" not in _columns(engine, "samples")
-        assert migrate(engine, later) == [2]
+        assert migrate(engine, later) == list(range(2, len(later) + 1))
     finally:
         engine.dispose()
 
@@ -141,7 +144,7 @@ def test_a_failing_migration_leaves_the_previous_version(store_url):
     try:
         with pytest.raises(sa.exc.DBAPIError):
             migrate(engine, [*MIGRATIONS, _m002_broken])
-        assert schema_version(engine) == 1
+        assert schema_version(engine) == len(MIGRATIONS)
         assert "half_done" not in _columns(engine, "samples")   # DDL rolled back with the transaction
     finally:
         engine.dispose()

@@ -24,7 +24,7 @@ _ERRORS: dict[str, tuple[int, str, str]] = {
 }
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens"}
 # Penalty fields the Messages API does not have: the hosted API refuses them (reference/hosted-apis.md).
-_UNSUPPORTED_FIELDS = ("frequency_penalty", "presence_penalty", "repetition_penalty")
+_UNSUPPORTED_FIELDS = ("frequency_penalty", "presence_penalty", "repetition_penalty", "repeat_penalty")
 _JSON = "application/json"
 _SSE = "text/event-stream; charset=utf-8"
 

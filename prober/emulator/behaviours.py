@@ -16,8 +16,10 @@ from typing import Protocol
 from prober.emulator.caching import PromptCache
 from prober.emulator.faults import FaultInjection
 from prober.emulator.nondeterminism import ConcurrencyNondeterminism
+from prober.emulator.penalty import PenaltyEffect
 from prober.emulator.plan import GenRequest, ResponsePlan
 from prober.emulator.scenario import Scenario
+from prober.emulator.schema_order import SchemaOrderEffect
 from prober.emulator.tokenizer import pseudo_text
 
 
@@ -105,6 +107,8 @@ class Pipeline:
 
 
 def base_behaviours(scenario: Scenario) -> list[Behaviour]:
-    """The chain every scenario gets: text, nondeterminism, usage, prompt cache, timing, fingerprint, faults."""
-    return [NaturalText(scenario), ConcurrencyNondeterminism(scenario), UsageReport(scenario),
-            PromptCache(scenario), Timing(scenario), SystemFingerprint(scenario), FaultInjection(scenario)]
+    """The chain every scenario gets: text, nondeterminism, schema-order answers, penalty-corrupted
+    records, usage, prompt cache, timing, fingerprint, faults."""
+    return [NaturalText(scenario), ConcurrencyNondeterminism(scenario), SchemaOrderEffect(scenario),
+            PenaltyEffect(scenario), UsageReport(scenario), PromptCache(scenario), Timing(scenario),
+            SystemFingerprint(scenario), FaultInjection(scenario)]

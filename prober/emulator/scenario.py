@@ -1,7 +1,9 @@
 """Scenario: what the emulator does, set in a TOML file or in code.
 
 Top-level keys set timing, slots and models; the `[faults]` table sets fault rates and the
-`[nondeterminism]` table concurrency-dependent output, the `[cache]` table prompt caching. Unknown keys
+`[nondeterminism]` table concurrency-dependent output, the `[cache]` table prompt caching, the
+`[schema_order]` table accuracy by schema property order, the `[penalty]` table penalty-induced
+JSON corruption. Unknown keys
 are errors, reported as one line naming the file and the key (`ConfigError`), like prober.toml.
 
     first_token_delay_ms = 20
@@ -118,6 +120,43 @@ class CacheScenario(_Strict):
         return {**DEFAULT_MIN_CACHE_TOKENS, **value} if isinstance(value, dict) else value
 
 
+class SchemaOrderScenario(_Strict):
+    """Accuracy that depends on a schema's property order (see schema_order.py): requests whose
+    schema has a `label` property and whose user message is an item of `dataset` are answered
+    with JSON, right with the accuracy of their variant (answer-first: `label` declared first;
+    reasoning-first: something declared before it)."""
+
+    answer_first_accuracy: float = Field(0.6, ge=0, le=1)
+    reasoning_first_accuracy: float = Field(0.8, ge=0, le=1)
+    correlation: float = Field(0.5, ge=0, le=1, description="correlation of the two variants' latent draws "
+                               "per item: the share of items whose variants share one draw (1: as "
+                               "concordant as the accuracies allow; 0: independent)")
+    required_first: bool = Field(False, description="emit required keys before optional ones whatever "
+                                 "their declared order, as llama.cpp's grammar does")
+    dataset: str | None = Field(None, description="JSONL items to recognise; unset: the shipped dataset")
+
+
+class PenaltyScenario(_Strict):
+    """Penalty-induced corruption of the penalty probe's records task (see penalty.py): the right
+    structural token or repeated key beats its near neighbour by a logit margin, and penalties on
+    token counts flip the choice once their push exceeds it."""
+
+    enabled: bool = True
+    base_logit: float = Field(8.0, gt=0, description="logit of the near neighbour; the repetition penalty "
+                              "divides positive logits, so it flips a choice when above 1 + margin / base_logit")
+    key_margin: float = Field(3.0, gt=0, description="an expected key over its renamed variant")
+    quote_margin: float = Field(30.0, gt=0, description="a double quote over a single one (unconstrained output)")
+    close_margin: float = Field(8.0, gt=0, description="'}' over the end of the text (unconstrained output)")
+    continue_margin: float = Field(12.0, gt=0, description="',' and the next record over closing the array early")
+    optional_margin: float = Field(4.0, gt=0, description="a value for the optional field over null")
+    value_margin: float = Field(6.0, gt=0, description="a non-empty string over an empty one (constrained output)")
+    margin_jitter: float = Field(0.7, ge=0, lt=1, description="each decision's margin varies by up to this "
+                                 "fraction, fixed by the prompt and the position")
+    inject_when_omitted: dict[str, float] = Field(default_factory=dict, description="the gateway switch: "
+                                                  "penalties applied to requests that omit them, e.g. "
+                                                  "{ frequency_penalty = 0.5 }")
+
+
 class Scenario(_Strict):
     first_token_delay_ms: float = Field(20.0, ge=0, description="fixed delay before prefill, inside the slot")
     prefill_ms_per_token: float = Field(0.02, ge=0)
@@ -133,6 +172,8 @@ class Scenario(_Strict):
     faults: Faults = Field(default_factory=Faults)
     nondeterminism: Nondeterminism = Field(default_factory=Nondeterminism)
     cache: CacheScenario = Field(default_factory=CacheScenario)
+    schema_order: SchemaOrderScenario = Field(default_factory=SchemaOrderScenario)
+    penalty: PenaltyScenario = Field(default_factory=PenaltyScenario)
 
 
 def load_scenario(path: str | os.PathLike[str] | None = None) -> Scenario:

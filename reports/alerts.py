@@ -1,0 +1,214 @@
+"""Alert lifecycle: SLO checks and drift tests become alert states, state changes become outbox
+events, and the outbox is delivered to every sink.
+
+States per alert identity: `ok` (holds), `pending` (breaking, fewer than `for` runs in a row),
+`firing`, `resolved` (held again after firing). Only the two changes `-> firing` and
+`firing -> resolved` make an event, so each sink hears once per change however many runs an
+alert keeps firing. The state and its event are saved in one transaction with one delivery row
+per configured sink; a sink that is down keeps its rows pending and gets them, in order, on a
+later run; a delivered row is never sent again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from prober.config import ProberConfig
+from prober.records import utcnow
+from reports.drift import drift_for_run
+from reports.sinks import AlertmanagerSink, DeliveryError, Sink, make_sink
+from reports.slo import check_run, format_value
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One alert identity judged in one run: does it break now?"""
+
+    key: str
+    kind: str                     # "slo" | "drift"
+    name: str
+    severity: str
+    target: str
+    suite: str
+    probe: str
+    metric: str
+    labels: dict[str, Any]
+    value: float | None
+    broken: bool
+    for_runs: int
+    summary: str
+    description: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def advance(previous: dict[str, Any] | None, obs: Observation, run_id: str,
+            now: dt.datetime) -> tuple[dict[str, Any], str | None]:
+    """The alert row after this observation, and the event it makes ("firing", "resolved" or None)."""
+    before = previous["state"] if previous else "ok"
+    breaks = (previous["breaks"] if previous else 0) + 1 if obs.broken else 0
+    fired_at = previous.get("fired_at") if previous else None
+    resolved_at = previous.get("resolved_at") if previous else None
+    event = None
+    if obs.broken:
+        state = "firing" if before == "firing" or breaks >= obs.for_runs else "pending"
+        if state == "firing" and before != "firing":
+            event, fired_at, resolved_at = "firing", now, None
+    else:
+        state = "resolved" if before in ("firing", "resolved") else "ok"
+        if before == "firing":
+            event, resolved_at = "resolved", now
+    row = {"key": obs.key, "kind": obs.kind, "name": obs.name, "severity": obs.severity, "target": obs.target,
+           "suite": obs.suite, "probe": obs.probe, "metric": obs.metric, "labels": obs.labels, "state": state,
+           "breaks": breaks, "value": obs.value, "summary": obs.summary,
+           "detail": {**obs.detail, "description": obs.description, "for": obs.for_runs},
+           "fired_at": fired_at, "resolved_at": resolved_at, "updated_at": now, "last_run_id": run_id}
+    return row, event
+
+
+def event_payload(row: dict[str, Any], status: str, run_id: str | None) -> dict[str, Any]:
+    """The alert as every sink receives it (JSON-safe); `event_id` is added when it is sent."""
+    def iso(value: Any) -> str | None:
+        return value.isoformat() if isinstance(value, dt.datetime) else value
+
+    detail = row.get("detail") or {}
+    return {"status": status, "alert": {
+        "key": row["key"], "kind": row["kind"], "name": row["name"], "severity": row["severity"],
+        "target": row["target"], "suite": row["suite"], "probe": row["probe"], "metric": row["metric"],
+        "labels": row.get("labels") or {}, "value": row.get("value"), "summary": row["summary"],
+        "description": detail.get("description") or row["summary"], "detail": detail,
+        "fired_at": iso(row.get("fired_at")), "resolved_at": iso(row.get("resolved_at")), "run_id": run_id}}
+
+
+def slo_observations(config: ProberConfig, metric_rows: list[dict[str, Any]], run: dict[str, Any]) -> list[Observation]:
+    observations = []
+    for check in check_run(config.slo, metric_rows, run):
+        rule, m = check.rule, check.metric
+        observations.append(Observation(
+            key=check.key, kind="slo", name=rule.name, severity=rule.severity, target=m["target"],
+            suite=run["suite"], probe=m["probe"], metric=m["name"], labels=m.get("labels") or {},
+            value=m.get("value"), broken=check.broken, for_runs=rule.for_runs, summary=check.summary,
+            description=rule.description,
+            detail={"comparator": rule.comparator, "threshold": rule.threshold, "n": m.get("n"),
+                    "ci_low": m.get("ci_low"), "ci_high": m.get("ci_high"), "unit": m.get("unit")}))
+    return observations
+
+
+def drift_observations(store: Any, config: ProberConfig, run: dict[str, Any]) -> list[Observation]:
+    if not config.drift.enabled:
+        return []
+    observations = []
+    for test in drift_for_run(store, run, config.drift):
+        observations.append(Observation(
+            key=test.key, kind="drift", name=f"drift_{test.metric}", severity="warning", target=test.target,
+            suite=run["suite"], probe=test.probe, metric=test.metric, labels=test.labels, value=test.current,
+            broken=test.detected, for_runs=1, summary=test.summary,
+            description=(f"{test.kind} test against the previous {test.baseline_runs} complete runs; "
+                         f"effect {format_value(test.effect)} (minimum {format_value(test.min_effect)}), "
+                         f"p={format_value(test.p_value)}, Benjamini-Hochberg q={format_value(test.q_value)}"),
+            detail={"test": test.kind, "p_value": test.p_value, "q_value": test.q_value, "effect": test.effect,
+                    "min_effect": test.min_effect, "baseline": test.baseline, "n_current": test.n_current,
+                    "n_baseline": test.n_baseline, "baseline_runs": test.baseline_runs}))
+    return observations
+
+
+@dataclass
+class Delivery:
+    sink: str
+    event_id: int
+    status: str
+    key: str
+    ok: bool
+    error: str | None = None
+
+
+@dataclass
+class Evaluation:
+    """What a run's evaluation found: `firing` is every alert this run judged that is firing now."""
+
+    firing: list[dict[str, Any]] = field(default_factory=list)
+    fired_now: list[dict[str, Any]] = field(default_factory=list)
+    resolved_now: list[dict[str, Any]] = field(default_factory=list)
+    deliveries: list[Delivery] = field(default_factory=list)
+    checked: int = 0
+
+
+def make_sinks(config: ProberConfig) -> list[Sink]:
+    """Every configured sink, ready to send; ConfigError if a URL or secret variable is unset."""
+    return [make_sink(sink, config.source) for sink in config.sinks]
+
+
+def evaluate_run(store: Any, config: ProberConfig, run_id: str, sinks: list[Sink] | None = None) -> Evaluation:
+    """Judge a finished run's metrics against the SLO rules and its baseline, save the state
+    changes with their outbox events, and deliver everything pending to every sink."""
+    sinks = make_sinks(config) if sinks is None else sinks
+    run = store.get_run(run_id)
+    if run is None:
+        raise ValueError(f"unknown run id {run_id!r}")
+    observations = slo_observations(config, store.metrics(run["id"]), run) + drift_observations(store, config, run)
+    # A metric row repeated within one run must not count as two consecutive runs.
+    observations = list({obs.key: obs for obs in observations}.values())
+    previous = {row["key"]: row for row in store.alerts(keys=[o.key for o in observations])}
+    now = utcnow()
+    rows, events, evaluation = [], [], Evaluation(checked=len(observations))
+    for obs in observations:
+        row, event = advance(previous.get(obs.key), obs, run["id"], now)
+        rows.append(row)
+        if event is not None:
+            events.append({"alert_key": row["key"], "status": event, "run_id": run["id"], "created_at": now,
+                           "payload": event_payload(row, event, run["id"])})
+            (evaluation.fired_now if event == "firing" else evaluation.resolved_now).append(row)
+    evaluation.firing = [row for row in rows if row["state"] == "firing"]
+    store.save_alert_changes(rows, events, [sink.name for sink in sinks])
+    evaluation.deliveries = deliver_outbox(store, sinks)
+    _renew_alertmanager(store, sinks, {r["key"] for r in evaluation.firing} - {r["key"] for r in evaluation.fired_now})
+    return evaluation
+
+
+def deliver_outbox(store: Any, sinks: list[Sink]) -> list[Delivery]:
+    """Send each sink its pending events, oldest first; a sink stops at its first failure so that
+    a receiver never sees a resolve before the firing it closes. Failures stay pending."""
+    done = []
+    for sink in sinks:
+        for pending in store.pending_deliveries(sink.name):
+            event = {**pending["payload"], "event_id": pending["id"]}
+            try:
+                sink.send(event)
+            except DeliveryError as exc:
+                store.record_delivery(pending["id"], sink.name, None, str(exc))
+                done.append(Delivery(sink.name, pending["id"], pending["status"], pending["alert_key"], False, str(exc)))
+                break
+            store.record_delivery(pending["id"], sink.name, utcnow())
+            done.append(Delivery(sink.name, pending["id"], pending["status"], pending["alert_key"], True))
+    return done
+
+
+def _renew_alertmanager(store: Any, sinks: list[Sink], still_firing: set[str]) -> None:
+    """Alertmanager closes an alert at its endsAt; re-assert the ones that keep firing (it
+    deduplicates by labels, so nobody is notified again). Best effort: the next run renews too."""
+    managers = [sink for sink in sinks if isinstance(sink, AlertmanagerSink)]
+    if not managers or not still_firing:
+        return
+    firing_events = [event for key in sorted(still_firing) for event in store.alert_events(key)[-1:]
+                     if event["status"] == "firing"]
+    for sink in managers:
+        # An event still pending for this sink goes out with the outbox, not here.
+        delivered = [{**event["payload"], "event_id": event["id"]} for event in firing_events
+                     if (event["deliveries"].get(sink.name) or {}).get("delivered_at") is not None]
+        if delivered:
+            try:
+                sink.post_alerts(delivered)
+            except DeliveryError:
+                pass
+
+
+def describe(evaluation: Evaluation) -> list[str]:
+    """Lines for the terminal: what fires, what resolved, and deliveries that failed."""
+    new = {row["key"] for row in evaluation.fired_now}
+    lines = [f"{'FIRING' if row['key'] in new else 'still firing'} [{row['severity']}] {row['summary']}"
+             for row in evaluation.firing]
+    lines += [f"resolved: {row['summary']}" for row in evaluation.resolved_now]
+    lines += [f"alert delivery to sink {d.sink} failed ({d.error}); it stays in the outbox for the next run"
+              for d in evaluation.deliveries if not d.ok]
+    return lines

@@ -1,0 +1,114 @@
+"""`prober drill`: a fire drill for the alert path, end to end, without spending money.
+
+A small latency suite runs against the bundled emulator a few times with a healthy scenario
+(which builds the drift baseline), then once with a regressed one (a slow first token). A drill
+rule (TTFT p50 <= 300 ms at concurrency 1) and the drift tests fire on the regressed run, and the
+alerts go through the real outbox to every sink configured in prober.toml. The store is a
+temporary SQLite file unless one is given, so a drill never mixes with real history.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from prober.config import EmulatorTarget, ProberConfig, SloRule, TargetConfig
+from reports.alerts import Delivery, event_payload, make_sinks
+from reports.sinks import webhook_body
+
+DRILL_TARGET = "drill"
+HEALTHY_FIRST_TOKEN_MS = 20
+REGRESSED_FIRST_TOKEN_MS = 500
+DRILL_RULE = SloRule(name="drill_ttft_p50", metric="ttft_p50_ms", suite="latency", target=DRILL_TARGET,
+                     labels={"concurrency": 1}, comparator="<=", threshold=300, severity="critical",
+                     description="prober drill: TTFT p50 at concurrency 1 must stay <= 300 ms")
+# Small enough for seconds per run, large enough for the rank test to see a 25x slower first token.
+DRILL_PARAMS = {"levels": [1, 2], "requests_per_level": 6, "warmup": 1, "max_tokens": 16}
+
+
+@dataclass
+class DrillResult:
+    exit_codes: list[int] = field(default_factory=list)
+    fired: list[dict[str, Any]] = field(default_factory=list)
+    deliveries: list[Delivery] = field(default_factory=list)
+    sinks: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Healthy runs held, the regressed run fired, and every sink got every firing alert."""
+        healthy, regressed = self.exit_codes[:-1], self.exit_codes[-1:]
+        delivered = {(d.sink, d.key) for d in self.deliveries if d.ok and d.status == "firing"}
+        return (all(code == 0 for code in healthy) and regressed == [1] and bool(self.fired)
+                and all((sink, row["key"]) in delivered for sink in self.sinks for row in self.fired))
+
+
+def drill_config(config: ProberConfig, scenario: Path, store_url: str, healthy_runs: int) -> ProberConfig:
+    """The user's sinks and drift settings, with the drill's own target, rule and store."""
+    drilled = config.model_copy(deep=True)
+    drilled.targets = {DRILL_TARGET: TargetConfig(name=DRILL_TARGET, protocol="anthropic", model="emulator-1",
+                                                  emulator=EmulatorTarget(scenario=str(scenario)))}
+    drilled.slo = [DRILL_RULE]
+    drilled.store.url = store_url
+    drilled.runner.progress = False
+    drilled.drift.enabled = True
+    drilled.drift.baseline_runs = healthy_runs
+    drilled.drift.min_baseline_runs = healthy_runs
+    return drilled
+
+
+def run_drill(config: ProberConfig, console: Console, store_url: str | None = None,
+              healthy_runs: int = 3) -> DrillResult:
+    from prober.runner import Runner
+
+    result = DrillResult(sinks=[sink.name for sink in config.sinks])
+    make_sinks(config)   # an unset URL or secret variable fails now, not after the runs
+    with tempfile.TemporaryDirectory(prefix="prober-drill-") as tmp:
+        scenario = Path(tmp) / "scenario.toml"
+        drilled = drill_config(config, scenario, store_url or f"sqlite:///{Path(tmp) / 'drill.db'}", healthy_runs)
+        runner = Runner(drilled, console)
+        for round_ in range(healthy_runs + 1):
+            regressed = round_ == healthy_runs
+            delay = REGRESSED_FIRST_TOKEN_MS if regressed else HEALTHY_FIRST_TOKEN_MS
+            scenario.write_text(f"first_token_delay_ms = {delay}\n")
+            console.print(f"drill run {round_ + 1}/{healthy_runs + 1}: "
+                          f"{'REGRESSED' if regressed else 'healthy'} emulator, first token after {delay} ms",
+                          markup=False)
+            outcome = runner.run("latency", [DRILL_TARGET], DRILL_PARAMS)
+            result.exit_codes.append(outcome.exit_code)
+            evaluation = outcome.alerts
+            if evaluation is None:
+                console.print(f"  run {outcome.run_id} did not complete ({outcome.status}): "
+                              f"{'; '.join(outcome.problems)}", markup=False)
+                continue
+            for row in evaluation.fired_now:
+                console.print(f"  FIRING [{row['severity']}] {row['summary']}", markup=False)
+            result.deliveries += evaluation.deliveries
+            if regressed:
+                result.fired = evaluation.fired_now
+        _show_arrivals(result, console)
+    return result
+
+
+def _show_arrivals(result: DrillResult, console: Console) -> None:
+    if not result.sinks:
+        console.print("no [[sinks]] configured in prober.toml: nothing was sent. A webhook sink would have "
+                      "received, for the first alert:", markup=False)
+        if result.fired:
+            payload = {**event_payload(result.fired[0], "firing", result.fired[0]["last_run_id"]), "event_id": 1}
+            console.print(json.dumps(webhook_body(payload), indent=2, default=str), markup=False)
+    for delivery in result.deliveries:
+        state = "delivered" if delivery.ok else f"FAILED ({delivery.error}); stays in the outbox for the next run"
+        console.print(f"  sink {delivery.sink}: {delivery.status} event {delivery.event_id} {state}: "
+                      f"{delivery.key}", markup=False)
+    if not result.ok:
+        verdict = "the drill did NOT pass"
+    elif result.sinks:
+        verdict = "the regressed run fired and every configured sink received its alerts"
+    else:
+        verdict = "the regressed run fired (no sinks to deliver to)"
+    console.print(f"drill: {verdict}", markup=False)

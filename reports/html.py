@@ -1,0 +1,33 @@
+"""The report as one self-contained HTML file: inline SVG charts, inline CSS, no scripts, nothing
+fetched. Jinja2 autoescapes every value, and stored text (model output, error messages, labels,
+target names) is only ever inserted as a value; the charts are inserted as markup because
+reports/svg.py escapes their text itself. A Content-Security-Policy forbids scripts and network
+access as a second line of defence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+from markupsafe import Markup
+
+from reports.collect import Report
+from reports.plots import label_text
+from reports.svg import fmt, render
+
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_ENV.filters["fmt"] = fmt
+_ENV.filters["labels"] = label_text
+_ENV.filters["svg"] = lambda plot: Markup(render(plot))
+_ENV.filters["utc"] = lambda when: "-" if when is None else when.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def render_html(report: Report) -> str:
+    return _ENV.get_template("report.html.j2").render(report=report)

@@ -1,0 +1,105 @@
+"""The report as Markdown (for a wiki, a ticket or a terminal): tables instead of charts, each
+metric with its values across the window. Stored text is escaped: in prose and tables Markdown
+punctuation is backslash-escaped and `<`, `>`, `&` become entities, so that a renderer that allows
+raw HTML shows it as text; sample outputs go in fenced code blocks longer than any fence inside them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+from reports.collect import LatestMetric, Report, Section
+from reports.plots import Plot, label_text
+from reports.svg import fmt
+
+# What can start emphasis, code, a link or a table cell; `<`, `>` and `&` become entities below.
+_PUNCTUATION = re.compile(r"([\\`*_\[\]|])")
+
+
+def text(value: object) -> str:
+    """Stored text made safe for Markdown prose and table cells: one line, nothing live."""
+    escaped = _PUNCTUATION.sub(r"\\\1", str(value))
+    escaped = escaped.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return " ".join(escaped.split())
+
+
+def code_block(value: str) -> str:
+    longest = max((len(run) for run in re.findall(r"`+", value)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{value}\n{fence}"
+
+
+def _utc(when) -> str:
+    return "-" if when is None else when.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _ci(m: LatestMetric) -> str:
+    return f"{fmt(m.ci_low)} .. {fmt(m.ci_high)}" if m.ci_low is not None else ""
+
+
+def _slo_cell(m: LatestMetric) -> str:
+    return ", ".join(f"{text(r.rule)}: {'**broken**' if r.broken else 'held'}" for r in m.slo)
+
+
+def _x(value) -> str:
+    if isinstance(value, dt.datetime):
+        return value.strftime("%m-%d %H:%M")
+    return value if isinstance(value, str) else fmt(value)
+
+
+def _plot_summary(plot: Plot) -> list[str]:
+    """A chart as text: one line per series with its points."""
+    lines = [f"*{text(plot.title)}* ({text(plot.x_label)} -> {text(plot.y_label)})", ""]
+    for series in plot.series:
+        points = ", ".join(f"{_x(p.x)}: {fmt(p.y)}"
+                           + (f" [{fmt(p.low)} .. {fmt(p.high)}]" if p.low is not None else "")
+                           for p in series.points)
+        lines.append(f"- {text(series.label)}: {text(points)}")
+    if plot.note:
+        lines.append(f"- {text(plot.note)}")
+    return lines + [""]
+
+
+def _section(section: Section) -> list[str]:
+    latest = section.latest_run
+    lines = [f"## {text(section.target)} / {text(section.suite)}", "",
+             f"Latest run `{latest.id}` started {_utc(latest.started_at)}, status {latest.status}; "
+             f"{len(section.runs)} run(s) in the window.", ""]
+    results = section.slo_results
+    if results:
+        # r.condition is a comparator and a number from the config, not stored text
+        broken = sum(1 for _, r in results if r.broken)
+        lines += [f"SLOs: {len(results) - broken} held, {broken} broken.", "",
+                  "| rule | metric | labels | value | healthy when | severity | state |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {text(r.rule)} | {text(m.name)} | {text(label_text(m.labels))} | {fmt(m.value)} | "
+                  f"{r.condition} | {r.severity} | {'**broken**' if r.broken else 'held'} |"
+                  for m, r in results]
+        lines.append("")
+    for probe in section.probes:
+        lines += [f"### {text(probe.probe)}", ""]
+        for plot in probe.plots:
+            lines += _plot_summary(plot)
+        lines += ["| metric | labels | value | 95% CI | n | unit | SLO | values in window (oldest first) |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {text(m.name)} | {text(label_text(m.labels))} | {fmt(m.value)} | {_ci(m)} | "
+                  f"{'' if m.n is None else m.n} | {text(m.unit or '')} | {_slo_cell(m)} | "
+                  f"{' -> '.join(fmt(v) for v in m.recent[-6:])} |" for m in probe.metrics]
+        lines.append("")
+        for example in probe.examples:
+            lines += [f"Sample output, {text(example.case)} ({text(example.labels)}): {text(example.why)}", "",
+                      code_block(example.text), ""]
+    return lines
+
+
+def render_markdown(report: Report) -> str:
+    window = f"since {_utc(report.since)}" if report.since else "at any time"
+    lines = ["# prober report", "",
+             f"Generated {_utc(report.generated_at)} from {text(report.store_url)}; runs started {window}"
+             + (f", target {text(report.target)}" if report.target else "") + ".", ""]
+    if not report.sections:
+        lines += ["No metrics in this window.", ""]
+    for section in report.sections:
+        lines += _section(section)
+    return "\n".join(lines)

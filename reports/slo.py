@@ -1,0 +1,93 @@
+"""SLO rules against stored metrics: which metric rows a rule covers, and whether a value breaks it.
+
+A rule states the healthy condition (`ttft_p50_ms <= 800`); it breaks when that is false. Pure
+functions over the dicts `store.Store.metrics()` and `store.Store.get_run()` return; the alert
+state (the `for` debouncing) lives in reports/alerts.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from prober.config import SloRule
+
+_HOLDS: dict[str, Callable[[float, float], bool]] = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+}
+
+
+def _same_label_value(wanted: Any, actual: Any) -> bool:
+    # TOML gives 16 where a metric may carry 16 or "16"; both mean the same selector.
+    return wanted == actual or str(wanted) == str(actual)
+
+
+def rule_matches(rule: SloRule, metric_row: dict[str, Any], run_row: dict[str, Any] | None) -> bool:
+    """Does `rule` cover this metric row? Name, target, suite (the run's suite or the metric's
+    probe) and every selector label must match; a metric may carry more labels than the selector."""
+    if metric_row.get("name") != rule.metric:
+        return False
+    if rule.target is not None and metric_row.get("target") != rule.target:
+        return False
+    if rule.suite is not None:
+        suites = {metric_row.get("probe"), (run_row or {}).get("suite")}
+        if rule.suite not in suites:
+            return False
+    labels = metric_row.get("labels") or {}
+    return all(key in labels and _same_label_value(value, labels[key]) for key, value in rule.labels.items())
+
+
+def rule_breaks(rule: SloRule, value: float | None) -> bool:
+    """True when `value` violates the rule's healthy condition. A missing or NaN value breaks
+    nothing: there is no measurement to judge (the run's error rate speaks for failed requests)."""
+    if value is None or math.isnan(value):
+        return False
+    return not _HOLDS[rule.comparator](float(value), rule.threshold)
+
+
+def labels_key(labels: dict[str, Any] | None) -> str:
+    """A stable text form of a label set, for alert identities."""
+    return json.dumps(labels or {}, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@dataclass(frozen=True)
+class SloCheck:
+    """One rule judged against one metric row of a run."""
+
+    rule: SloRule
+    metric: dict[str, Any]
+    broken: bool
+
+    @property
+    def key(self) -> str:
+        """The alert identity: one per rule, target, probe and label set."""
+        m = self.metric
+        return f"slo|{self.rule.name}|{m['target']}|{m['probe']}|{labels_key(m.get('labels'))}"
+
+    @property
+    def summary(self) -> str:
+        m = self.metric
+        where = ", ".join(f"{k}={v}" for k, v in sorted((m.get("labels") or {}).items()))
+        state = "breaks" if self.broken else "holds"
+        return (f"{self.rule.name}: {m['target']} {m['name']}{f' ({where})' if where else ''} = "
+                f"{format_value(m.get('value'))} {state} {self.rule.comparator} {format_value(self.rule.threshold)}")
+
+
+def check_run(rules: Iterable[SloRule], metric_rows: Iterable[dict[str, Any]],
+              run_row: dict[str, Any]) -> list[SloCheck]:
+    """Every (rule, metric row) pair that matches and has a value to judge."""
+    rows = list(metric_rows)
+    return [SloCheck(rule, row, rule_breaks(rule, row.get("value")))
+            for rule in rules for row in rows
+            if rule_matches(rule, row, run_row) and row.get("value") is not None
+            and not math.isnan(row["value"])]
+
+
+def format_value(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.4g}"

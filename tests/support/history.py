@@ -1,0 +1,50 @@
+"""Stored history for the alerting tests: runs with the metric rows and latency samples a probe
+would have written, at chosen times, in a real (temporary SQLite) store."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+from typing import Any
+
+from prober.records import Exchange, Metric, Run, Sample
+from store import Store
+
+T0 = dt.datetime(2026, 1, 1, 3, 0, tzinfo=dt.timezone.utc)
+
+
+def add_run(store: Store, run_id: str, night: int, metrics: list[dict[str, Any]], *, suite: str = "latency",
+            target: str = "emu", status: str = "complete") -> dict[str, Any]:
+    """A finished run started `night` days after T0, with these metric rows (dicts of Metric fields;
+    probe defaults to the suite's name). Returns the stored run row."""
+    started = T0 + dt.timedelta(days=night)
+    store.create_run(Run(id=run_id, suite=suite, started_at=started, prober_version="test", config_hash="h",
+                         host=socket.gethostname(), pid=os.getpid(), targets=[target]))
+    store.write_metrics([Metric(run_id=run_id, target=target, **{"probe": suite, **m}) for m in metrics])
+    store.finish_run(run_id, status, started + dt.timedelta(minutes=5))
+    return store.get_run(run_id)
+
+
+def share(name: str, hits: int, n: int, **labels: Any) -> dict[str, Any]:
+    """A proportion metric row as probes write them (value, Wilson interval, n, unit ratio)."""
+    from prober import stats
+
+    value, low, high = stats.proportion(hits, n)
+    return {"name": name, "value": value, "ci_low": low, "ci_high": high, "n": n, "unit": "ratio", "labels": labels}
+
+
+def latency_samples(store: Store, run_id: str, ttfts_ms: list[float], *, target: str = "emu",
+                    probe: str = "latency", gap_ms: float = 5.0, chunks: int = 8, **labels: Any) -> None:
+    """One measured streaming sample per TTFT value, with `chunks` content chunks `gap_ms` apart."""
+    start_ns = 1_000_000_000
+    with store.sample_writer() as writer:
+        for index, ttft in enumerate(ttfts_ms):
+            first = start_ns + int(ttft * 1e6)
+            chunk_ns = [first + int(i * gap_ms * 1e6) for i in range(chunks)]
+            exchange = Exchange(protocol="anthropic", url="http://127.0.0.1:9/v1/messages", request_body={},
+                                request_headers={}, started_at=T0, start_ns=start_ns, status=200, text="x" * chunks,
+                                headers_ns=start_ns + 1_000_000, first_byte_ns=first, first_token_ns=first,
+                                chunk_ns=chunk_ns, chunk_chars=[1] * chunks, end_ns=chunk_ns[-1] + 1_000_000)
+            writer.submit(Sample(run_id=run_id, target=target, probe=probe, case="sweep",
+                                 labels={**labels, "phase": "measure"}, exchange=exchange, request_index=index))

@@ -1,0 +1,60 @@
+"""`prober drill` against the emulator: healthy runs stay quiet, the regressed run fires, and the
+alert arrives at a local webhook receiver (signed), a Slack-style receiver and a real Alertmanager."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from reports.sinks import verify
+from tests.support.alertmanager import current_alerts
+from tests.support.cli import prober
+from tests.support.receiver import Receiver
+
+SECRET = "drill-secret-5d2a"
+
+
+@pytest.mark.timeout(300)
+def test_drill_delivers_the_alert_to_every_configured_sink(tmp_path, alertmanager_url):
+    with Receiver() as hook, Receiver() as slack:
+        (tmp_path / "prober.toml").write_text(textwrap.dedent(f"""
+            [[sinks]]
+            kind = "webhook"
+            url = "{hook.url}/prober"
+            secret_env = "DRILL_TEST_SECRET"
+            [[sinks]]
+            kind = "slack"
+            url_env = "DRILL_TEST_SLACK_URL"
+            [[sinks]]
+            kind = "alertmanager"
+            url = "{alertmanager_url}"
+        """))
+        done = prober("drill", "-c", "prober.toml", cwd=tmp_path,
+                      env={"DRILL_TEST_SECRET": SECRET, "DRILL_TEST_SLACK_URL": slack.url}, timeout=280)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "drill run 4/4: REGRESSED" in output and "FIRING [critical] drill_ttft_p50" in output
+    assert "every configured sink received its alerts" in output
+
+    received = [r.json() for r in hook.requests]
+    names = {body["alert"]["name"] for body in received}
+    assert "drill_ttft_p50" in names and "drift_ttft_ms" in names
+    assert all(body["status"] == "firing" for body in received)
+    assert all(verify(SECRET.encode(), r.headers["x-prober-timestamp"], r.body, r.headers["x-prober-signature"])
+               for r in hook.requests)
+    assert len(slack.requests) == len(hook.requests)
+    assert any("drill_ttft_p50 (critical) on drill" in r.json()["text"] for r in slack.requests)
+
+    shown = [a for a in current_alerts(alertmanager_url) if a["labels"].get("target") == "drill"]
+    assert {"drill_ttft_p50", "drift_ttft_ms"} <= {a["labels"]["alertname"] for a in shown}
+    assert all(a["status"]["state"] == "active" for a in shown)
+
+
+@pytest.mark.timeout(300)
+def test_drill_without_sinks_shows_the_alert_it_would_send(tmp_path):
+    done = prober("drill", "--healthy-runs", "3", cwd=tmp_path, timeout=280)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no [[sinks]] configured" in done.stdout
+    assert '"name": "drill_ttft_p50"' in done.stdout and '"status": "firing"' in done.stdout
+    assert not list(tmp_path.iterdir())          # the drill's store was temporary
