@@ -1,5 +1,6 @@
 # The two commands the README starts with:
-#   make demo   install, start the local llama-server, run the latency suite against it, print the metrics
+#   make demo   install, start the local llama-server, run the nightly suite (every suite, demo-sized)
+#               against it, write the HTML report and print its path
 #   make test   install everything the tests need (PostgreSQL, llama-server, the model) and run them
 VENV ?= .venv
 PYTHON ?= python3
@@ -23,11 +24,15 @@ system-deps:
 local-endpoint: install
 	$(PROBER) local install
 
-# The local model shares 2 CPU cores with the client, so the demo sweeps a shorter range than the
-# suite's default (1..32): enough to see queueing set in past llama-server's 4 default slots.
+# The local model shares 2 CPU cores with the client, so the demo config shadows each built-in suite
+# with a smaller grid (examples/local-demo/suites); the nightly suite itself is the built-in one.
+# `prober run` exits 1 when an SLO or drift alert fires: the demo still writes the report then.
+DEMO_CONFIG := examples/local-demo/prober.toml
 demo: install
 	$(PROBER) local start
-	$(PROBER) run --suite latency --target local --param 'levels=[1, 2, 4, 8]' --param requests_per_level=16
+	$(PROBER) run --config $(DEMO_CONFIG) --suite nightly --target local; \
+	    status=$$?; [ $$status -le 1 ] || exit $$status
+	$(PROBER) report --config $(DEMO_CONFIG) --out prober-reports
 
 test: system-deps local-endpoint
 	$(PY) -m pytest -q -p no:cacheprovider

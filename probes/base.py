@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from prober import stats
 from prober.config import TargetConfig
 from prober.records import ChatRequest, Exchange, Metric
 
@@ -56,6 +57,25 @@ class Probe(abc.ABC):
     def summarize(self, samples: Sequence[dict[str, Any]], params: ProbeParams, *, run_id: str,
                   target: str) -> list[Metric]:
         """Turn stored samples of one target into metrics."""
+
+
+class MetricCollector:
+    """The metrics of one `summarize` call, each stamped with the run, the target and the probe."""
+
+    def __init__(self, *, run_id: str, target: str, probe: str) -> None:
+        self.run_id, self.target, self.probe = run_id, target, probe
+        self.metrics: list[Metric] = []
+
+    def add(self, name: str, value: float | None, labels: dict[str, Any], n: int | None = None,
+            unit: str | None = None, ci: tuple[float | None, float | None] = (None, None)) -> None:
+        self.metrics.append(Metric(run_id=self.run_id, target=self.target, probe=self.probe, name=name,
+                                   value=None if value is None else float(value), labels=labels,
+                                   ci_low=ci[0], ci_high=ci[1], n=n, unit=unit))
+
+    def share(self, name: str, successes: int, n: int, labels: dict[str, Any]) -> None:
+        """A proportion with its Wilson 95% interval (DESIGN.md: every proportion carries one)."""
+        value, low, high = stats.proportion(successes, n)
+        self.add(name, value, labels, n, "ratio", (low, high))
 
 
 _REGISTRY: dict[str, type[Probe]] = {}

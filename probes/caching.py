@@ -39,7 +39,7 @@ from prober import stats
 from prober.config import Pricing
 from prober.records import ChatRequest, Exchange, Metric
 from probes import caching_requests as rq
-from probes.base import Probe, ProbeContext, ProbeParams, register
+from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
 from probes.prompts import nonce
 
 CASES = ("repeat", "volatile", "lookback", "min_prefix", "fanout", "tiers", "ttl")
@@ -421,22 +421,18 @@ class _Summary:
                  probe: str) -> None:
         self.rows = rows
         self.p = params
-        self.run_id, self.target, self.probe = run_id, target, probe
         self.reads = CacheReads(rows)
-        self.out: list[Metric] = []
+        self.collected = MetricCollector(run_id=run_id, target=target, probe=probe)
         self.by_case: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for row in rows:
             self.by_case[row["case"]].append(row)
 
     def add(self, name: str, value: float | None, labels: dict[str, Any], *, n: int | None = None,
             unit: str | None = None, ci: tuple[float | None, float | None] = (None, None)) -> None:
-        self.out.append(Metric(run_id=self.run_id, target=self.target, probe=self.probe, name=name,
-                               value=None if value is None else float(value), labels=labels,
-                               ci_low=ci[0], ci_high=ci[1], n=n, unit=unit))
+        self.collected.add(name, value, labels, n, unit, ci)
 
     def share(self, name: str, successes: int, n: int, labels: dict[str, Any]) -> None:
-        value, low, high = stats.proportion(successes, n)
-        self.add(name, value, labels, n=n, unit="ratio", ci=(low, high))
+        self.collected.share(name, successes, n, labels)
 
     def hit(self, row: dict[str, Any]) -> bool | None:
         read = self.reads(row)
@@ -450,7 +446,7 @@ class _Summary:
             elif self.by_case.get(case):
                 getattr(self, f"_{case}")(self.by_case[case])
         self._usage()
-        return self.out
+        return self.collected.metrics
 
     # each case ------------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from prober import stats
 from prober.records import ChatRequest, Metric
-from probes.base import Probe, ProbeContext, ProbeParams, register
+from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
 from probes.prompts import filler_words, nonce
 
 
@@ -204,16 +204,8 @@ class DivergenceProbe(Probe):
             by_prompt[str(labels["prompt"])][int(labels["concurrency"])].append(row)
         specs = {p.name: p for p in params.selected_prompts()}
 
-        metrics: list[Metric] = []
-
-        def add(name: str, value: float | None, labels: dict[str, Any], n: int, unit: str | None,
-                ci: tuple[float | None, float | None] = (None, None)) -> None:
-            metrics.append(Metric(run_id=run_id, target=target, probe=self.name, name=name, value=value,
-                                  labels=labels, ci_low=ci[0], ci_high=ci[1], n=n, unit=unit))
-
-        def add_share(name: str, hits: int, n: int, labels: dict[str, Any]) -> None:
-            share, low, high = stats.proportion(hits, n)
-            add(name, share, labels, n, "ratio", (low, high))
+        collected = MetricCollector(run_id=run_id, target=target, probe=self.name)
+        metrics, add, add_share = collected.metrics, collected.add, collected.share
 
         for prompt_name in sorted(by_prompt):
             levels = by_prompt[prompt_name]

@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 
 from prober import stats
 from prober.records import ChatRequest, Metric
-from probes.base import Probe, ProbeContext, ProbeParams, register
+from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
 from probes.prompts import filler_words, nonce
 
 
@@ -89,12 +89,11 @@ class LatencyProbe(Probe):
             if row.get("probe") == self.name and labels.get("phase") == "measure" and row.get("final", True):
                 by_level[int(labels["concurrency"])].append(row)
 
-        metrics: list[Metric] = []
+        collected = MetricCollector(run_id=run_id, target=target, probe=self.name)
 
         def add(name: str, value: float | None, level: int, n: int, unit: str | None,
                 ci: tuple[float | None, float | None] = (None, None)) -> None:
-            metrics.append(Metric(run_id=run_id, target=target, probe=self.name, name=name, value=value,
-                                  labels={"concurrency": level}, ci_low=ci[0], ci_high=ci[1], n=n, unit=unit))
+            collected.add(name, value, {"concurrency": level}, n, unit, ci)
 
         ttft_p50_by_level: dict[int, float] = {}
         for level in sorted(by_level):
@@ -134,9 +133,8 @@ class LatencyProbe(Probe):
                 ttft_p50_by_level[level] = stats.percentile(ttft, 50)  # type: ignore[assignment]
 
         knee = find_knee(ttft_p50_by_level)
-        metrics.append(Metric(run_id=run_id, target=target, probe=self.name, name="knee_concurrency",
-                              value=knee, labels={}, n=len(ttft_p50_by_level), unit="requests"))
-        return metrics
+        collected.add("knee_concurrency", knee, {}, len(ttft_p50_by_level), "requests")
+        return collected.metrics
 
 
 def find_knee(ttft_p50_by_level: dict[int, float], factor: float = 2.0) -> float | None:

@@ -69,7 +69,7 @@ from pydantic import Field, field_validator, model_validator
 
 from prober import stats
 from prober.records import ChatRequest, Metric
-from probes.base import Probe, ProbeContext, ProbeParams, register
+from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
 from probes.divergence import common_prefix_length
 from probes.penalty_analysis import CONSTRAINED_MODES, PenaltyAnalysis, analyse_records
 
@@ -292,16 +292,8 @@ class PenaltyProbe(Probe):
     def summarize(self, samples: Sequence[dict[str, Any]], params: PenaltyParams, *,  # type: ignore[override]
                   run_id: str, target: str) -> list[Metric]:
         rows = [r for r in samples if r.get("probe") == self.name and r.get("final", True)]
-        metrics: list[Metric] = []
-
-        def add(name: str, value: float | None, labels: dict[str, Any], n: int, unit: str | None,
-                ci: tuple[float | None, float | None] = (None, None)) -> None:
-            metrics.append(Metric(run_id=run_id, target=target, probe=self.name, name=name, value=value,
-                                  labels=labels, ci_low=ci[0], ci_high=ci[1], n=n, unit=unit))
-
-        def add_share(name: str, hits: int, n: int, labels: dict[str, Any]) -> None:
-            share, low, high = stats.proportion(hits, n)
-            add(name, share, labels, n, "ratio", (low, high))
+        collected = MetricCollector(run_id=run_id, target=target, probe=self.name)
+        metrics, add, add_share = collected.metrics, collected.add, collected.share
 
         cells: dict[Cell, list[dict[str, Any]]] = defaultdict(list)
         for row in rows:

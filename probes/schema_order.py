@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from prober import stats
 from prober.records import ChatRequest, Exchange, Metric
-from probes.base import Probe, ProbeContext, ProbeParams, register
+from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
 from suites.datasets import SHIPPED_SCHEMA_ORDER, LabelledItem, load_labelled_jsonl
 
 ANSWER_FIELD = "label"
@@ -272,16 +272,8 @@ class SchemaOrderProbe(Probe):
     def summarize(self, samples: Sequence[dict[str, Any]], params: SchemaOrderParams, *,  # type: ignore[override]
                   run_id: str, target: str) -> list[Metric]:
         rows = [r for r in samples if r.get("probe") == self.name and r.get("final", True)]
-        metrics: list[Metric] = []
-
-        def add(name: str, value: float | None, labels: dict[str, Any], n: int, unit: str | None,
-                ci: tuple[float | None, float | None] = (None, None)) -> None:
-            metrics.append(Metric(run_id=run_id, target=target, probe=self.name, name=name, value=value,
-                                  labels=labels, ci_low=ci[0], ci_high=ci[1], n=n, unit=unit))
-
-        def add_share(name: str, hits: int, n: int, labels: dict[str, Any]) -> None:
-            share, low, high = stats.proportion(hits, n)
-            add(name, share, labels, n, "ratio", (low, high))
+        collected = MetricCollector(run_id=run_id, target=target, probe=self.name)
+        metrics, add, add_share = collected.metrics, collected.add, collected.share
 
         grades: dict[str, list[Grade]] = defaultdict(list)
         errors: dict[str, int] = defaultdict(int)
