@@ -5,18 +5,15 @@ from collections import defaultdict
 
 import pytest
 
-from prober.config import ProberConfig
 from prober.emulator import Scenario, load_scenario
 from prober.emulator.behaviours import Pipeline, ServerState, base_behaviours
 from prober.emulator.nondeterminism import divergence_probability, flip_probability
 from prober.emulator.plan import GenRequest, PromptBlock
 from prober.errors import ConfigError
-from prober.runner import Runner
 from probes.base import get_probe
 from probes.divergence import DivergenceParams
-from store import Store
 from store.rows import output_fields
-from tests.support.emulated import emulator_process, ground_truth
+from tests.support.emulated import run_suite_on_emulator
 
 LEVELS = [1, 4, 16, 64]
 
@@ -123,20 +120,7 @@ GROWING = ("first_token_delay_ms = 5\nprefill_ms_per_token = 0\ndecode_tokens_pe
 
 
 def _run(tmp_path, scenario, protocol, overrides):
-    with emulator_process(tmp_path, scenario) as base_url:
-        config = ProberConfig.model_validate({
-            "store": {"url": f"sqlite:///{tmp_path}/prober.db"},
-            "runner": {"progress": False},
-            "targets": {"emu": {"protocol": protocol, "base_url": base_url, "model": "emulator-1"}},
-        })
-        result = Runner(config).run("divergence", ["emu"], overrides)
-        truth = ground_truth(base_url)
-    assert result.exit_code == 0, result.problems
-    store = Store.open(f"sqlite:///{tmp_path}/prober.db")
-    try:
-        return store.samples(result.run_id), store.metrics(result.run_id), truth
-    finally:
-        store.close()
+    return run_suite_on_emulator(tmp_path, scenario, protocol, "divergence", overrides)
 
 
 def _by_name(metrics):

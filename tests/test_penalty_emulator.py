@@ -3,17 +3,14 @@ emulator's own ground truth."""
 
 import pytest
 
-from prober.config import ProberConfig
 from prober.emulator import Scenario, load_scenario
 from prober.emulator.behaviours import Pipeline, ServerState, base_behaviours
 from prober.emulator.penalty import Penalties, key_variants
 from prober.emulator.plan import GenRequest, PromptBlock
 from prober.errors import ConfigError
-from prober.runner import Runner
 from probes.penalty import FIELD_NAMES, OPTIONAL_FIELDS, records_prompt, records_schema
 from probes.penalty_analysis import analyse_records
-from store import Store
-from tests.support.emulated import emulator_process, ground_truth
+from tests.support.emulated import run_suite_on_emulator
 
 PIPELINE = Pipeline(base_behaviours(Scenario()))
 
@@ -104,20 +101,7 @@ FAST = "first_token_delay_ms = 1\nprefill_ms_per_token = 0\ndecode_tokens_per_s 
 
 
 def _run(tmp_path, scenario, protocol, overrides):
-    with emulator_process(tmp_path, scenario) as base_url:
-        config = ProberConfig.model_validate({
-            "store": {"url": f"sqlite:///{tmp_path}/prober.db"},
-            "runner": {"progress": False},
-            "targets": {"emu": {"protocol": protocol, "base_url": base_url, "model": "emulator-1"}},
-        })
-        result = Runner(config).run("penalty", ["emu"], overrides)
-        truth = ground_truth(base_url)
-    assert result.exit_code == 0, result.problems
-    store = Store.open(f"sqlite:///{tmp_path}/prober.db")
-    try:
-        return store.samples(result.run_id), store.metrics(result.run_id), truth
-    finally:
-        store.close()
+    return run_suite_on_emulator(tmp_path, scenario, protocol, "penalty", overrides)
 
 
 def _metric(metrics, name, **labels):

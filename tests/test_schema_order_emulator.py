@@ -7,16 +7,13 @@ import json
 import pytest
 
 from prober import stats
-from prober.config import ProberConfig
 from prober.emulator import Scenario, load_scenario
 from prober.emulator.behaviours import Pipeline, ServerState, base_behaviours
 from prober.emulator.plan import GenRequest, PromptBlock
 from prober.emulator.schema_order import item_outcomes
 from prober.errors import ConfigError
-from prober.runner import Runner
-from store import Store
 from suites.datasets import SHIPPED_SCHEMA_ORDER, load_labelled_jsonl
-from tests.support.emulated import emulator_process, ground_truth
+from tests.support.emulated import run_suite_on_emulator
 
 ITEMS = load_labelled_jsonl(SHIPPED_SCHEMA_ORDER)
 FAST = "first_token_delay_ms = 0\ndecode_tokens_per_s = 50000\nprefill_ms_per_token = 0\nslots = 16\n"
@@ -134,22 +131,8 @@ def test_a_forced_tool_is_answered_as_a_tool_call_and_max_tokens_cuts():
 
 def _run(tmp_path, scenario, protocol="openai", **params):
     overrides = {"concurrency": 16, **params}
-    with emulator_process(tmp_path, FAST + scenario) as base_url:
-        config = ProberConfig.model_validate({
-            "store": {"url": f"sqlite:///{tmp_path}/prober.db"},
-            "runner": {"progress": False},
-            "targets": {"emu": {"protocol": protocol, "base_url": base_url, "model": "emulator-1"}},
-        })
-        result = Runner(config).run("schema_order", ["emu"], overrides)
-        truth = ground_truth(base_url)
-    assert result.exit_code == 0, result.problems
-    store = Store.open(f"sqlite:///{tmp_path}/prober.db")
-    try:
-        rows = store.samples(result.run_id)
-        metrics = {(m["name"], m["labels"].get("variant") or m["labels"].get("a")): m
-                   for m in store.metrics(result.run_id)}
-    finally:
-        store.close()
+    rows, metric_rows, truth = run_suite_on_emulator(tmp_path, FAST + scenario, protocol, "schema_order", overrides)
+    metrics = {(m["name"], m["labels"].get("variant") or m["labels"].get("a")): m for m in metric_rows}
     return rows, metrics, truth
 
 

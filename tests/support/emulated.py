@@ -49,3 +49,27 @@ def ground_truth(base_url: str) -> dict[str, dict]:
         data = json.load(response)
     records = data["requests"] if isinstance(data, dict) else data
     return {r["request_id"]: r for r in records}
+
+
+def run_suite_on_emulator(tmp_path: Path, scenario: str, protocol: str, suite: str,
+                          overrides: dict) -> tuple[list[dict], list[dict], dict[str, dict]]:
+    """Run `suite` through the Runner against `prober emulate` serving `scenario`; return the run's
+    stored samples, its stored metrics and the emulator's ground truth."""
+    from prober.config import ProberConfig
+    from prober.runner import Runner
+    from store import Store
+
+    with emulator_process(tmp_path, scenario) as base_url:
+        config = ProberConfig.model_validate({
+            "store": {"url": f"sqlite:///{tmp_path}/prober.db"},
+            "runner": {"progress": False},
+            "targets": {"emu": {"protocol": protocol, "base_url": base_url, "model": "emulator-1"}},
+        })
+        result = Runner(config).run(suite, ["emu"], overrides)
+        truth = ground_truth(base_url)
+    assert result.exit_code == 0, result.problems
+    store = Store.open(f"sqlite:///{tmp_path}/prober.db")
+    try:
+        return store.samples(result.run_id), store.metrics(result.run_id), truth
+    finally:
+        store.close()
