@@ -9,8 +9,7 @@ Started with `-np 8` (one KV region per slot) it stays deterministic at 1 and at
 
 import json
 
-from store import Store
-from tests.support.cli import prober
+from tests.support.cli import run_suite_on_local
 
 # The two shipped prompts with the most near-ties for this model: at concurrency 4, 19 and 12
 # distinct outputs of 24 here ("list" gave 4).
@@ -18,24 +17,10 @@ OPEN_ENDED = '["story", "explain"]'
 
 
 def _run_suite(tmp_path, port, *params):
-    config = tmp_path / "prober.toml"
-    config.write_text(f'[store]\nurl = "sqlite:///{tmp_path}/p.db"\n\n[runner]\nprogress = false\n\n'
-                      f'[targets.local]\nprotocol = "openai"\nbase_url = "http://127.0.0.1:{port}"\n'
-                      f'model = "SmolLM2-135M-Instruct"\n')
-    args = [arg for param in params for arg in ("--param", param)]
-    run = prober("run", "--suite", "divergence", "--target", "local", "--config", str(config), *args, cwd=tmp_path,
-                 timeout=1800)   # ~100 s on an idle 2-core machine; far longer when it is shared
-    assert run.returncode == 0, run.stdout + run.stderr
-    store = Store.open(f"sqlite:///{tmp_path}/p.db")
-    try:
-        (summary,) = store.list_runs(limit=1)
-        assert summary["status"] == "complete"
-        rows = store.samples(summary["id"])
-        metrics = {(m["name"], m["labels"].get("prompt"), m["labels"].get("concurrency"),
-                    m["labels"].get("field")): m for m in store.metrics(summary["id"])}
-    finally:
-        store.close()
-    assert [r for r in rows if r["error_type"]] == []
+    # ~100 s on an idle 2-core machine; far longer when it is shared
+    rows, metric_rows = run_suite_on_local(tmp_path, port, "divergence", *params, timeout=1800)
+    metrics = {(m["name"], m["labels"].get("prompt"), m["labels"].get("concurrency"), m["labels"].get("field")): m
+               for m in metric_rows}
     return rows, metrics
 
 

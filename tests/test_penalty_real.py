@@ -13,8 +13,7 @@ import json
 
 import pytest
 
-from store import Store
-from tests.support.cli import prober
+from tests.support.cli import run_suite_on_local
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -22,24 +21,7 @@ STRONG = "penalties={frequency_penalty = [1.5], presence_penalty = [1.5], repeti
 
 
 def _run_suite(tmp_path, port, protocol, *params):
-    config = tmp_path / "prober.toml"
-    config.write_text(f'[store]\nurl = "sqlite:///{tmp_path}/p.db"\n\n[runner]\nprogress = false\n\n'
-                      f'[targets.local]\nprotocol = "{protocol}"\nbase_url = "http://127.0.0.1:{port}"\n'
-                      f'model = "SmolLM2-135M-Instruct"\n')
-    args = [arg for param in params for arg in ("--param", param)]
-    run = prober("run", "--suite", "penalty", "--target", "local", "--config", str(config), *args, cwd=tmp_path,
-                 timeout=900)
-    assert run.returncode == 0, run.stdout + run.stderr
-    store = Store.open(f"sqlite:///{tmp_path}/p.db")
-    try:
-        (summary,) = store.list_runs(limit=1)
-        assert summary["status"] == "complete"
-        rows = store.samples(summary["id"])
-        metrics = store.metrics(summary["id"])
-    finally:
-        store.close()
-    assert [r for r in rows if r["error_type"]] == []
-    return rows, metrics
+    return run_suite_on_local(tmp_path, port, "penalty", *params, protocol=protocol)
 
 
 def _value(metrics, name, **labels):

@@ -13,8 +13,7 @@ import json
 import pytest
 
 from prober import stats
-from store import Store
-from tests.support.cli import prober
+from tests.support.cli import run_suite_on_local
 
 ITEMS = 12
 VARIANTS = ('variants=[{name="answer_first", properties=["label", "confidence", "rationale"]}, '
@@ -35,24 +34,10 @@ def _keys(text):
 @pytest.mark.timeout(900)
 def test_schema_order_suite_on_llama_server(tmp_path, llama_servers):
     server = llama_servers.get()
-    config = tmp_path / "prober.toml"
-    config.write_text(f'[store]\nurl = "sqlite:///{tmp_path}/p.db"\n\n[runner]\nprogress = false\n\n'
-                      f'[targets.local]\nprotocol = "openai"\nbase_url = "http://127.0.0.1:{server.port}"\n'
-                      f'model = "SmolLM2-135M-Instruct"\n')
-    run = prober("run", "--suite", "schema_order", "--target", "local", "--config", str(config),
-                 "--param", f"limit={ITEMS}", "--param", "max_tokens=160", "--param", VARIANTS,
-                 cwd=tmp_path, timeout=900)
-    assert run.returncode == 0, run.stdout + run.stderr
-    store = Store.open(f"sqlite:///{tmp_path}/p.db")
-    try:
-        (summary,) = store.list_runs(limit=1)
-        rows = store.samples(summary["id"])
-        metrics = {(m["name"], m["labels"].get("variant") or m["labels"].get("a"), m["labels"].get("b")): m
-                   for m in store.metrics(summary["id"])}
-    finally:
-        store.close()
-    assert summary["status"] == "complete"
-    assert not [r for r in rows if r["error_type"]]
+    rows, metric_rows = run_suite_on_local(tmp_path, server.port, "schema_order", f"limit={ITEMS}",
+                                           "max_tokens=160", VARIANTS)
+    metrics = {(m["name"], m["labels"].get("variant") or m["labels"].get("a"), m["labels"].get("b")): m
+               for m in metric_rows}
     # Every item under every variant, asked under json_schema, rebuilt from the stored labels.
     by_pair = {(r["labels"]["item"], r["labels"]["variant"]): r for r in rows}
     variants = ("answer_first", "reasoning_first", "optional_first")

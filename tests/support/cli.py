@@ -13,3 +13,29 @@ def prober(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: fl
     full_env = dict(os.environ, COLUMNS="200", NO_COLOR="1", **(env or {}))
     return subprocess.run([sys.executable, "-m", "prober.cli", *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def run_suite_on_local(tmp_path: Path, port: int, suite: str, *params: str, protocol: str = "openai",
+                       timeout: float = 900) -> tuple[list[dict], list[dict]]:
+    """`prober run --suite SUITE --target local --param ...` through the CLI against a llama-server
+    on `port`, storing into tmp_path; asserts the run completed (exit 0) with no failed request and
+    returns its stored samples and metrics."""
+    from store import Store
+
+    config = tmp_path / "prober.toml"
+    config.write_text(f'[store]\nurl = "sqlite:///{tmp_path}/p.db"\n\n[runner]\nprogress = false\n\n'
+                      f'[targets.local]\nprotocol = "{protocol}"\nbase_url = "http://127.0.0.1:{port}"\n'
+                      f'model = "SmolLM2-135M-Instruct"\n')
+    args = [arg for param in params for arg in ("--param", param)]
+    run = prober("run", "--suite", suite, "--target", "local", "--config", str(config), *args, cwd=tmp_path,
+                 timeout=timeout)
+    assert run.returncode == 0, run.stdout + run.stderr
+    store = Store.open(f"sqlite:///{tmp_path}/p.db")
+    try:
+        (summary,) = store.list_runs(limit=1)
+        assert summary["status"] == "complete"
+        rows, metrics = store.samples(summary["id"]), store.metrics(summary["id"])
+    finally:
+        store.close()
+    assert [r for r in rows if r["error_type"]] == []
+    return rows, metrics
