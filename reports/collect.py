@@ -73,6 +73,19 @@ class RunInfo:
 
 
 @dataclass
+class FiringAlert:
+    """An alert of this target and suite that is firing now (reports/alerts.py keeps the states)."""
+
+    name: str
+    kind: str            # "slo" | "drift"
+    severity: str
+    metric: str
+    labels: dict[str, Any]
+    summary: str
+    fired_at: dt.datetime | None
+
+
+@dataclass
 class ProbeSection:
     probe: str
     metrics: list[LatestMetric]
@@ -90,6 +103,7 @@ class Section:
     runs: list[RunInfo]
     latest_run: RunInfo
     probes: list[ProbeSection]
+    firing: list[FiringAlert] = field(default_factory=list)
 
     @property
     def slo_results(self) -> list[tuple[LatestMetric, SloResult]]:
@@ -127,7 +141,7 @@ def _history(rows: Sequence[dict[str, Any]]) -> list[MetricSeries]:
 
 
 def _section(store: Store, rules: Sequence[SloRule], target: str, suite: str,
-             rows: list[dict[str, Any]]) -> Section:
+             rows: list[dict[str, Any]], firing: list[FiringAlert]) -> Section:
     runs = list({row["run_id"]: RunInfo(row["run_id"], row["run_started_at"], row["run_status"])
                  for row in rows}.values())
     latest = _latest_run(runs)
@@ -153,7 +167,7 @@ def _section(store: Store, rules: Sequence[SloRule], target: str, suite: str,
             plots=suite_plots(probe, probe_rows, probe_history),
             trends=trend_plots(probe_history),
             examples=[e for e in examples if e.probe == probe]))
-    return Section(target=target, suite=suite, runs=runs, latest_run=latest, probes=probes)
+    return Section(target=target, suite=suite, runs=runs, latest_run=latest, probes=probes, firing=firing)
 
 
 def collect(store: Store, rules: Sequence[SloRule], since: dt.datetime | None = None,
@@ -162,6 +176,11 @@ def collect(store: Store, rules: Sequence[SloRule], since: dt.datetime | None = 
     grouped: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in store.metric_history(since=since, target=target):
         grouped[(row["target"], row["suite"])].append(row)
-    sections = [_section(store, rules, target_name, suite, rows)
+    firing: dict[tuple[str, str], list[FiringAlert]] = defaultdict(list)
+    for alert in store.alerts(state="firing"):
+        firing[(alert["target"], alert["suite"])].append(FiringAlert(
+            alert["name"], alert["kind"], alert["severity"], alert["metric"], alert.get("labels") or {},
+            alert["summary"], alert.get("fired_at")))
+    sections = [_section(store, rules, target_name, suite, rows, firing[(target_name, suite)])
                 for (target_name, suite), rows in sorted(grouped.items())]
     return Report(generated_at=utcnow(), since=since, target=target, store_url=store.url, sections=sections)

@@ -66,6 +66,11 @@ def _section(section: Section) -> list[str]:
     lines = [f"## {text(section.target)} / {text(section.suite)}", "",
              f"Latest run `{latest.id}` started {_utc(latest.started_at)}, status {latest.status}; "
              f"{len(section.runs)} run(s) in the window.", ""]
+    if section.firing:
+        lines += ["Alerts firing now:", ""]
+        lines += [f"- **{text(a.name)}** ({text(a.kind)}, {text(a.severity)}) since "
+                  f"{_utc(a.fired_at)}: {text(a.summary)}" for a in section.firing]
+        lines.append("")
     results = section.slo_results
     if results:
         # r.condition is a comparator and a number from the config, not stored text

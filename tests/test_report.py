@@ -20,6 +20,7 @@ from prober.config import ProberConfig
 from prober.errors import ConfigError
 from prober.records import Exchange, Metric, Run, Sample
 from prober.runner import Runner
+from reports.alerts import evaluate_run
 from reports.collect import collect, parse_since
 from reports.html import render_html
 from reports.json_report import render_json
@@ -116,6 +117,8 @@ def report_store(tmp_path_factory):
     assert all(r.status == "complete" for r in results), [r.problems for r in results]
     store = Store.open(config.store.url)
     _write_hostile_history(store)
+    for day in (3, 2, 1):   # the last hostile night breaks no-divergence: its alert fires
+        evaluate_run(store, config, f"hostile{day}", sinks=[])
     yield tmp, config, store
     store.close()
 
@@ -216,6 +219,7 @@ def test_html_escapes_stored_text(report_store):
     assert str(escape(SCRIPT)) in page                    # ... as text
     assert str(escape(EVIL_TARGET)) in page
     assert str(escape("upstream said " + IMG)) in page
+    assert "Alerts firing now" in page and str(escape("no-divergence")) in page
     assert page.count("<svg") >= 8
     assert "http-equiv=\"Content-Security-Policy\"" in page
     assert not re.search(r"""\b(src|href)=["']?(https?:)?//""", page)   # nothing fetched from the network
@@ -235,9 +239,13 @@ def test_markdown_and_json(report_store):
         elif not in_code:
             assert "<script" not in line and "<img" not in line, line
     assert "```text\n" + SCRIPT + " diverged\n```" in markdown   # inert inside a code block
+    firing = markdown.split("Alerts firing now:", 1)[1].split("\n\n", 2)[1]
+    assert firing.startswith("- **no-divergence** (slo, critical) since ") and "&lt;script&gt;" in firing
     data = json.loads(render_json(report))
     evil = next(s for s in data["sections"] if s["target"] == EVIL_TARGET)
     assert evil["slo_summary"] == {"held": 0, "broken": 1}
+    assert [(a["name"], a["severity"]) for a in evil["firing"]] == [("no-divergence", "critical")]
+    assert all(not s["firing"] for s in data["sections"] if s["target"] != EVIL_TARGET)
     assert any(e["text"] == IMG for p in evil["probes"] for e in p["examples"])
 
 
