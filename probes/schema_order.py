@@ -26,9 +26,10 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from prober import stats
 from prober.records import ChatRequest, Exchange, Metric
@@ -84,8 +85,9 @@ DEFAULT_VARIANTS = [
 
 
 class SchemaOrderParams(ProbeParams):
-    dataset: str | None = Field(None, description="a JSONL file of {id, input, label, choices?}; relative "
-                                "paths from the working directory; unset: the shipped weekday dataset")
+    dataset: str | None = Field(None, description="a JSONL file of {id, input, label, choices?}; a relative "
+                                "path is read next to the suite file (from the working directory when given "
+                                "with --param); unset: the shipped weekday dataset")
     limit: int | None = Field(None, ge=1, description="use only the first N items")
     variants: list[SchemaVariant] = Field(default_factory=lambda: list(DEFAULT_VARIANTS), min_length=2)
     fields: dict[str, dict[str, Any]] = Field(default_factory=dict, description="JSON schemas of fields of "
@@ -102,6 +104,17 @@ class SchemaOrderParams(ProbeParams):
     looks: int = Field(5, ge=1, description="planned looks (equal groups of items) when sequential")
     alpha: float = Field(0.05, gt=0, lt=1, description="two-sided level, spent over the looks when sequential")
     _items: list[LabelledItem] = PrivateAttr(default_factory=list)
+
+    @field_validator("dataset")
+    @classmethod
+    def _next_to_the_suite_file(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # The suite loader says where the file is and which values came from the command line, so
+        # that a suite file and its dataset can move together and cron can run from any directory.
+        context = info.context or {}
+        if value is None or "suite_dir" not in context or "dataset" in context.get("from_command_line", ()):
+            return value
+        path = Path(value).expanduser()
+        return str(path if path.is_absolute() else Path(context["suite_dir"]) / path)
 
     @model_validator(mode="after")
     def _known_fields(self) -> SchemaOrderParams:

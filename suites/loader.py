@@ -95,11 +95,12 @@ def _resolve(name: str, suites: dict[str, Path], entries: list[SuiteEntry], stac
         except KeyError as exc:
             raise ConfigError(f"{where}.probe: {exc.args[0]}") from None
         params_raw = dict(raw.get("params", {}))
-        for key, value in overrides.items():
-            if key in probe.Params.model_fields:
-                params_raw[key] = value
+        from_command_line = {key for key in overrides if key in probe.Params.model_fields}
+        params_raw.update({key: overrides[key] for key in from_command_line})
+        # Parameters naming files resolve relative paths against the suite file (see the context users).
+        context = {"suite_dir": path.parent, "from_command_line": from_command_line}
         try:
-            params = probe.Params.model_validate(params_raw)
+            params = probe.Params.model_validate(params_raw, context=context)
         except ValidationError as exc:
             raise validation_error(str(path), exc, prefix=f"probes[{index}].params.") from None
         entries.append(SuiteEntry(suite=name, probe=probe, params=params))

@@ -88,6 +88,23 @@ def test_a_users_dataset_and_limit(tmp_path):
     assert request.json_schema["schema"]["properties"]["label"] == {"type": "string", "description": "the answer"}
 
 
+def test_a_relative_dataset_is_read_next_to_the_suite_file_but_from_the_cwd_on_the_command_line(tmp_path,
+                                                                                              monkeypatch):
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "tickets.jsonl").write_text(json.dumps({"id": "s1", "input": "Ticket: down", "label": "urgent"}) + "\n")
+    (suites / "triage.toml").write_text('[[probes]]\nprobe = "schema_order"\n[probes.params]\n'
+                                        'dataset = "tickets.jsonl"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "tickets.jsonl").write_text(json.dumps({"id": "c1", "input": "Ticket: slow", "label": "low"}) + "\n")
+    monkeypatch.chdir(elsewhere)
+    from_file = load_suite("triage", [str(suites)]).entries[0].params
+    assert [item.id for item in from_file.items()] == ["s1"]
+    from_command_line = load_suite("triage", [str(suites)], {"dataset": "tickets.jsonl"}).entries[0].params
+    assert [item.id for item in from_command_line.items()] == ["c1"]
+
+
 @pytest.mark.parametrize("variants, message", [
     ([{"name": "a", "properties": ["confidence"]}, {"name": "b", "properties": ["label"]}], "must include 'label'"),
     ([{"name": "a", "properties": ["label", "steps"]}, {"name": "b", "properties": ["label"]}], "unknown field 'steps'"),
