@@ -77,4 +77,7 @@ def test_messages_route_ignores_penalties_and_chat_route_applies_them(tmp_path, 
     rows, metrics = _run_suite(tmp_path / "chat", server.port, "openai", *params)
     applied = {p: _value(metrics, "penalty_ignored", penalty=p) for p in ignored}
     print(f"/v1/chat/completions: penalty_ignored {applied}")
-    assert applied == dict.fromkeys(ignored, 0)
+    # The control: the same check says "applied" where llama-server does apply the penalty. Only
+    # frequency and repetition serve: presence 1.5 penalizes each seen token once, and one clean-clone
+    # run left all 80 tokens of both its answers equal to the baseline's (another run changed them).
+    assert applied["frequency_penalty"] == 0 and applied["repetition_penalty"] == 0
