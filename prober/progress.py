@@ -32,7 +32,7 @@ class RunProgress:
         if self._bars is not None:
             self._bars.stop()
 
-    def start_task(self, description: str, total: int) -> int:
+    def start_task(self, description: str, total: int | None) -> int:
         if self._bars is not None:
             return self._bars.add_task(description, total=total, failed=0)
         self._next_id += 1
@@ -51,7 +51,8 @@ class RunProgress:
     def finish_task(self, task_id: int) -> None:
         state = self._plain.pop(task_id, None)
         if state is not None and self.enabled:
-            self.console.print(f"{state['description']}: {state['done']}/{state['total']} requests, "
+            count = state["done"] if state["total"] is None else f"{state['done']}/{state['total']}"
+            self.console.print(f"{state['description']}: {count} requests, "
                                f"{state['failed']} failed, {time.monotonic() - state['start']:.1f}s",
                                markup=False, highlight=False)
 

@@ -8,9 +8,11 @@ retries with backoff. Probes see only the final attempt; the store sees all of t
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +25,11 @@ from prober.records import ChatRequest, Exchange, Sample
 from prober.retry import retry_delay, should_retry
 from prober.sink import SampleSink
 from prober.targets.base import TargetAdapter
+
+
+# The progress task that requests sent in this asyncio context count towards (see progress_task);
+# tasks a probe starts inside the block inherit it.
+_progress_task: contextvars.ContextVar[int | None] = contextvars.ContextVar("prober_progress_task", default=None)
 
 
 @dataclass
@@ -86,6 +93,9 @@ class TargetSession:
                                  case=case, labels=labels, exchange=exchange,
                                  request_index=request_index, final=not retry))
             if not retry:
+                task_id = _progress_task.get()
+                if task_id is not None:
+                    self.progress.advance(task_id, failed=not exchange.ok)
                 return exchange
             self.progress.note_retry()
             await asyncio.sleep(delay)
@@ -101,25 +111,32 @@ class TargetSession:
                     pass
             return await self.adapter.count_tokens(request)
 
+    @contextlib.contextmanager
+    def progress_task(self, title: str, total: int | None = None) -> Iterator[None]:
+        task_id = self.progress.start_task(f"{self.target.name} {title}", total)
+        token = _progress_task.set(task_id)
+        try:
+            yield
+        finally:
+            _progress_task.reset(token)
+            self.progress.finish_task(task_id)
+
     async def closed_loop(self, *, concurrency: int, count: int, make_request: Callable[[int], ChatRequest],
                           case: str, labels: dict[str, Any], title: str) -> list[Exchange]:
         results: list[Exchange | None] = [None] * count
         next_index = itertools.count()
-        task_id = self.progress.start_task(f"{self.target.name} {title}", count)
 
         async def worker() -> None:
             while (i := next(next_index)) < count:
-                exchange = await self.send(make_request(i), case=case, labels=labels)
-                results[i] = exchange
-                self.progress.advance(task_id, failed=not exchange.ok)
+                results[i] = await self.send(make_request(i), case=case, labels=labels)
 
         start = time.perf_counter_ns()
-        workers = [asyncio.create_task(worker()) for _ in range(max(1, min(concurrency, count)))]
-        try:
-            await asyncio.gather(*workers)
-        finally:
-            for task in workers:
-                task.cancel()
-            self.progress.finish_task(task_id)
+        with self.progress_task(title, count):
+            workers = [asyncio.create_task(worker()) for _ in range(max(1, min(concurrency, count)))]
+            try:
+                await asyncio.gather(*workers)
+            finally:
+                for task in workers:
+                    task.cancel()
         self.windows.append(LoopWindow(labels=labels, start_ns=start, end_ns=time.perf_counter_ns()))
         return [r for r in results if r is not None]

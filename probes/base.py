@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
@@ -37,11 +38,17 @@ class ProbeContext(Protocol):
         """Input tokens of `request` as the endpoint counts them (Anthropic's count_tokens route);
         None where the endpoint has no way to count. Nothing is stored."""
 
+    def progress_task(self, title: str, total: int | None = None) -> AbstractContextManager[None]:
+        """Show progress under `title` (a bar on a terminal, a line when done otherwise): every
+        request sent inside the block, by this task or tasks it starts there, counts once, failed
+        ones apart. `total`: the requests expected, None when not known in advance."""
+
     async def closed_loop(self, *, concurrency: int, count: int, make_request: Callable[[int], ChatRequest],
                           case: str, labels: dict[str, Any], title: str) -> list[Exchange]:
         """`count` requests with `concurrency` workers, each sending its next request as soon as
         the previous one finished. `make_request(i)` builds request i. The runner records the
-        client's event-loop lag over the loop's duration and reports it with the same labels."""
+        client's event-loop lag over the loop's duration and reports it with the same labels;
+        progress is shown under `title`."""
 
 
 class Probe(abc.ABC):

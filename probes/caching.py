@@ -243,7 +243,8 @@ class CachingProbe(Probe):
         for case in params.cases:
             if case in ANTHROPIC_ONLY and ctx.target.protocol != "anthropic":
                 continue     # summarize reports it as skipped
-            await getattr(session, case)()
+            with ctx.progress_task(f"caching {case}"):
+                await getattr(session, case)()
 
     def summarize(self, samples: Sequence[dict[str, Any]], params: CachingParams, *,  # type: ignore[override]
                   run_id: str, target: str) -> list[Metric]:

@@ -281,13 +281,15 @@ class PenaltyProbe(Probe):
 
     async def run(self, ctx: ProbeContext, params: PenaltyParams) -> None:  # type: ignore[override]
         protocol = ctx.target.protocol
-        queue = iter(interleaved(grid(params, protocol)))
+        cells = interleaved(grid(params, protocol))
+        queue = iter(cells)
 
         async def worker() -> None:
             for cell in queue:
                 await ctx.send(build_request(cell, params, protocol), case=cell.mode, labels=cell.labels)
 
-        await asyncio.gather(*(worker() for _ in range(params.concurrency)))
+        with ctx.progress_task("penalty grid", len(cells)):
+            await asyncio.gather(*(worker() for _ in range(params.concurrency)))
 
     def summarize(self, samples: Sequence[dict[str, Any]], params: PenaltyParams, *,  # type: ignore[override]
                   run_id: str, target: str) -> list[Metric]:

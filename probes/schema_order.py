@@ -275,9 +275,11 @@ class SchemaOrderProbe(Probe):
 
         start = 0
         for look, end in enumerate(ends):
+            title = "schema_order" if len(ends) == 1 else f"schema_order look {look + 1}/{len(ends)}"
             # Both variants of an item are asked together, so an interrupted run still leaves pairs.
-            await asyncio.gather(*(ask(index, items[index], variant, look)
-                                   for index in range(start, end) for variant in params.variants))
+            with ctx.progress_task(title, (end - start) * len(params.variants)):
+                await asyncio.gather(*(ask(index, items[index], variant, look)
+                                       for index in range(start, end) for variant in params.variants))
             start = end
             if sequential_stop(correct, params, len(items)) == look:
                 break
