@@ -348,6 +348,39 @@ def test_openai_rejected_parameter_named_in_message():
     assert server.requests[-1].json()["seed"] == 1
 
 
+def test_openai_switches_to_max_completion_tokens_when_max_tokens_is_refused():
+    # The hosted API's refusal for newer models (reference/hosted-apis.md); older servers know only max_tokens.
+    async def handler(request, writer, server):
+        if "max_tokens" in request.json():
+            writer.write(json_response(400, {"error": {
+                "message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                           "Use 'max_completion_tokens' instead.",
+                "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}}))
+        else:
+            writer.write(json_response(200, {"id": "c", "object": "chat.completion", "created": 1,
+                                             "model": "m", "choices": [{"index": 0, "finish_reason": "stop",
+                                             "message": {"role": "assistant", "content": "ok"}}]}))
+
+    request = ChatRequest(messages=USER, stream=False, max_tokens=7, sampling={"temperature": 0})
+    (first, second), server = run_with(handler, "openai", [request, request])
+    assert first.ok and first.text == "ok" and first.rejected_params == []
+    assert any(f.startswith("max_tokens rejected, resent as max_completion_tokens") for f in first.findings)
+    assert first.request_body["max_completion_tokens"] == 7 and "max_tokens" not in first.request_body
+    assert first.request_body["temperature"] == 0
+    # Remembered: the next request goes out in the new shape at once.
+    assert second.ok and not second.findings and len(server.requests) == 3
+
+
+def test_openai_switches_max_tokens_at_most_once():
+    async def handler(request, writer, server):
+        writer.write(json_response(400, {"error": {"message": "max_tokens: must be at most 4096, "
+                                                              "max_completion_tokens too", "type": "x"}}))
+
+    [ex], server = run_with(handler, "openai", [ChatRequest(messages=USER, stream=False, max_tokens=9000)])
+    # one switch is tried; the same refusal in the new shape is the answer, not a loop
+    assert ex.error_type == "bad_request" and len(server.requests) == 2
+
+
 def test_bad_request_not_naming_a_parameter_is_not_retried():
     async def handler(request, writer, server):
         writer.write(json_response(400, {"error": {"message": "messages: too long", "type": "x"}}))

@@ -205,12 +205,17 @@ class HTTPAdapter(TargetAdapter):
         skipped = [name for name in request.sampling if name in self.rejected]
         skip = set(skipped)
         rejected_now: list[tuple[str, str]] = []
+        reshaped: list[str] = []
         while True:
             body, notes = self.build_body(request, skip)
             ex = await self._exchange(body, request.stream, attempt)
             name = self._rejected_param(ex, request, skip)
             if name is None:
-                break
+                change = self._reshape_after(ex)
+                if change is None:
+                    break
+                reshaped.append(change)
+                continue
             skip.add(name)
             self.rejected.add(name)
             rejected_now.append((name, ex.error_message or ""))
@@ -220,7 +225,14 @@ class HTTPAdapter(TargetAdapter):
                            for name in skipped)
         ex.findings.extend(f"parameter {name} rejected, resent without it: {message}"
                            for name, message in rejected_now)
+        ex.findings.extend(reshaped)
         return ex
+
+    def _reshape_after(self, ex: Exchange) -> str | None:
+        """Protocol hook: when `ex` is a refusal that a differently shaped body avoids (and the
+        adapter has switched to that shape for this and later requests), a finding saying so;
+        None to keep the answer as it is."""
+        return None
 
     def _rejected_param(self, ex: Exchange, request: ChatRequest, skip: set[str]) -> str | None:
         if ex.status not in (400, 422) or not ex.error_message:

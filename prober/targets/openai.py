@@ -188,11 +188,24 @@ class OpenAIAdapter(HTTPAdapter):
     decoder = OpenAIStreamDecoder
     wire_names = {"stop_sequences": "stop"}
 
+    # Newer hosted models refuse `max_tokens` ("Use 'max_completion_tokens' instead"); older servers
+    # and most self-hosted ones know only `max_tokens`. Start with the widely understood name and
+    # switch, for this endpoint, on that refusal.
+    max_tokens_field = "max_tokens"
+
     def _protocol_headers(self, api_key: str | None) -> dict[str, str]:
         return {"authorization": f"Bearer {api_key}"} if api_key else {}
 
+    def _reshape_after(self, ex: Exchange) -> str | None:
+        message = ex.error_message or ""
+        if (ex.status == 400 and self.max_tokens_field == "max_tokens" and "max_tokens" in message
+                and "max_completion_tokens" in message):
+            self.max_tokens_field = "max_completion_tokens"
+            return f"max_tokens rejected, resent as max_completion_tokens: {message}"
+        return None
+
     def build_body(self, request: ChatRequest, skip=frozenset()) -> tuple[dict[str, Any], list[str]]:
-        body: dict[str, Any] = {"model": self.target.model, "max_tokens": request.max_tokens}
+        body: dict[str, Any] = {"model": self.target.model, self.max_tokens_field: request.max_tokens}
         messages = request.messages
         if request.system is not None:
             messages = [_system_message(request.system), *messages]
