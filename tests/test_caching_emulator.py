@@ -7,10 +7,7 @@ import json
 
 import pytest
 
-from prober.config import ProberConfig
-from prober.runner import Runner
-from store import Store
-from tests.support.emulated import emulator_process, ground_truth
+from tests.support.emulated import run_suite_on_emulator
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -24,23 +21,10 @@ PREFIX = 1500
 def _run(tmp_path, scenario: str, params: dict, protocol: str = "anthropic", **target):
     """Run the caching suite against an emulator serving `scenario`; return (metrics by
     (name, labels), stored rows, ground truth by request id)."""
-    with emulator_process(tmp_path, FAST + scenario) as base_url:
-        config = ProberConfig.model_validate({
-            "store": {"url": f"sqlite:///{tmp_path}/prober.db"},
-            "runner": {"progress": False},
-            "targets": {"emu": {"protocol": protocol, "base_url": base_url, "model": "emulator-1", **target}},
-        })
-        result = Runner(config).run("caching", ["emu"], {"prefix_tokens": PREFIX, "max_tokens": 4, **params})
-        truth = ground_truth(base_url)
-    assert result.exit_code == 0, result.problems
-    store = Store.open(f"sqlite:///{tmp_path}/prober.db")
-    try:
-        rows = store.samples(result.run_id)
-        metrics = {(m["name"], json.dumps(m["labels"], sort_keys=True)): m for m in store.metrics(result.run_id)}
-    finally:
-        store.close()
+    rows, metric_rows, truth = run_suite_on_emulator(
+        tmp_path, FAST + scenario, protocol, "caching", {"prefix_tokens": PREFIX, "max_tokens": 4, **params}, target)
     assert rows and all(r["error_type"] is None for r in rows)
-    return metrics, rows, truth
+    return {(m["name"], json.dumps(m["labels"], sort_keys=True)): m for m in metric_rows}, rows, truth
 
 
 def value(metrics, name: str, **labels) -> float | None:

@@ -51,10 +51,11 @@ def ground_truth(base_url: str) -> dict[str, dict]:
     return {r["request_id"]: r for r in records}
 
 
-def run_suite_on_emulator(tmp_path: Path, scenario: str, protocol: str, suite: str,
-                          overrides: dict) -> tuple[list[dict], list[dict], dict[str, dict]]:
-    """Run `suite` through the Runner against `prober emulate` serving `scenario`; return the run's
-    stored samples, its stored metrics and the emulator's ground truth."""
+def run_suite_on_emulator(tmp_path: Path, scenario: str, protocol: str, suite: str, overrides: dict,
+                          target: dict | None = None) -> tuple[list[dict], list[dict], dict[str, dict]]:
+    """Run `suite` through the Runner against `prober emulate` serving `scenario` (`target`: more
+    keys for the target's config, e.g. pricing); return the run's stored samples, its stored
+    metrics and the emulator's ground truth."""
     from prober.config import ProberConfig
     from prober.runner import Runner
     from store import Store
@@ -63,7 +64,8 @@ def run_suite_on_emulator(tmp_path: Path, scenario: str, protocol: str, suite: s
         config = ProberConfig.model_validate({
             "store": {"url": f"sqlite:///{tmp_path}/prober.db"},
             "runner": {"progress": False},
-            "targets": {"emu": {"protocol": protocol, "base_url": base_url, "model": "emulator-1"}},
+            "targets": {"emu": {"protocol": protocol, "base_url": base_url, "model": "emulator-1",
+                                **(target or {})}},
         })
         result = Runner(config).run(suite, ["emu"], overrides)
         truth = ground_truth(base_url)
