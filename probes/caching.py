@@ -50,7 +50,9 @@ ANTHROPIC_ONLY = ("lookback", "tiers")
 # id followed by "-..." (a dated id); the longest matching key wins. Anthropic rows from the
 # Anthropic-authored prompt-caching guide (reference/hosted-apis.md); third-party pages disagree on
 # the newest models (Opus 4.8 1,024, Opus 4.7 2,048, Fable 5 512), which is why this is measured.
-# OpenAI: automatic caching from 1,024 tokens.
+# OpenAI: automatic caching from 1,024 tokens. The emulator keeps its own copy on purpose
+# (prober/emulator/scenario.py): it stands for the server, this for what the docs promise, and a
+# scenario can make the two disagree, which is what min_prefix exists to catch.
 DOCUMENTED_MIN_PREFIX: dict[str, int] = {
     "claude-opus-4-8": 4096, "claude-opus-4-7": 4096, "claude-opus-4-6": 4096, "claude-opus-4-5": 4096,
     "claude-haiku-4-5": 4096,
