@@ -31,6 +31,7 @@ from prober.session import TargetGate, TargetSession
 from prober.sink import SampleSink
 from prober.targets import make_adapter
 from prober.transport import unreachable_reason
+from reports.alerts import Evaluation, evaluate_run, make_sinks
 from store import Store
 from suites.loader import Suite, load_suite
 
@@ -45,7 +46,7 @@ class RunResult:
     metrics: list[Metric] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     samples: int = 0
-    alerts: Any = None   # reports.alerts.Evaluation of a complete run
+    alerts: Evaluation | None = None   # SLO and drift alerts of a complete run
 
 
 def prepare(config: ProberConfig, suite_name: str, target_names: list[str] | None,
@@ -86,8 +87,6 @@ class Runner:
 
     def run(self, suite_name: str, target_names: list[str] | None = None,
             overrides: dict[str, Any] | None = None) -> RunResult:
-        from reports.alerts import evaluate_run, make_sinks
-
         suite, targets, keys = prepare(self.config, suite_name, target_names, overrides)
         sinks = make_sinks(self.config)   # an unset URL or secret variable is a usage error, before any request
         store = Store.open(self.config.store.url)
