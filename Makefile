@@ -21,14 +21,16 @@ $(VENV)/.installed: pyproject.toml
 system-deps:
 	bash scripts/install-system-deps.sh
 
+# Builds llama-server with portable flags (only the server target) and smoke-tests it before caching.
 local-endpoint: install
+	bash scripts/install-build-deps.sh
 	$(PROBER) local install
 
 # The local model shares 2 CPU cores with the client, so the demo config shadows each built-in suite
 # with a smaller grid (examples/local-demo/suites); the nightly suite itself is the built-in one.
 # `prober run` exits 1 when an SLO or drift alert fires: the demo still writes the report then.
 DEMO_CONFIG := examples/local-demo/prober.toml
-demo: install
+demo: local-endpoint
 	$(PROBER) local start
 	$(PROBER) run --config $(DEMO_CONFIG) --suite nightly --target local; \
 	    status=$$?; [ $$status -le 1 ] || exit $$status

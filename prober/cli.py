@@ -27,7 +27,8 @@ app.add_typer(local_app, name="local")
 # value columns of a metrics table away, so give captured output room unless COLUMNS says otherwise.
 _CAPTURED_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
 out = Console(highlight=False, width=_CAPTURED_WIDTH)
-err = Console(stderr=True, highlight=False)
+# soft_wrap: an error is one line however long, so cron logs and grep see it whole.
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 ConfigOption = Annotated[Optional[Path], typer.Option("--config", "-c", help="prober.toml to use "
                          "(default: ./prober.toml if present, else built-in targets local and emulator)")]
@@ -400,14 +401,17 @@ def local_start(
 
 
 @local_app.command("install")
-def local_install() -> None:
-    """Build llama-server and unpack the model into the cache without starting anything.
+def local_install(
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="build llama-server again even if a "
+                                          "smoke-tested build with the same flags is cached")] = False,
+) -> None:
+    """Build llama-server (portable, smoke-tested) and unpack the model into the cache without starting anything.
 
     Example: prober local install   (cache: $PROBER_CACHE_DIR, default ~/.cache/prober)
     """
     from prober import local
 
-    out.print(f"llama-server: {escape(str(local.llama_server_binary()))}")
+    out.print(f"llama-server: {escape(str(local.llama_server_binary(rebuild=rebuild)))}")
     out.print(f"model: {escape(str(local.model_path()))}")
 
 

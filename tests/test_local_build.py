@@ -1,0 +1,103 @@
+"""The local llama-server build: portable flags, never a cached binary built with other flags, a
+smoke test that keeps a dying binary out of the cache, and one clear line when a binary dies.
+
+The real build itself runs in `make test` (`prober local install`) before pytest; the last test here
+inspects the binary it produced.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from prober import local, local_build
+from tests.support.cli import prober
+
+# A stand-in for a binary built for CPU features the kernel does not allow: it dies of SIGILL the
+# way the AMX build did (`trap invalid opcode`), before it listens.
+DIES_OF_SIGILL = "#!/bin/sh\nkill -ILL $$\n"
+
+
+def _script(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def test_other_flags_never_reuse_a_cached_build(tmp_path, monkeypatch):
+    monkeypatch.delenv("PROBER_LLAMA_CMAKE_ARGS", raising=False)
+    default = local_build.cmake_flags()
+    monkeypatch.setenv("PROBER_LLAMA_CMAKE_ARGS", "-DGGML_AVX2=OFF")
+    other = local_build.cmake_flags()
+    assert "-DGGML_NATIVE=OFF" in default and other[-1] == "-DGGML_AVX2=OFF"
+    assert local_build.build_dir(tmp_path, default) != local_build.build_dir(tmp_path, other)
+
+    # A build directory whose smoke test did not pass (or never ran) is not a cached binary.
+    directory = local_build.build_dir(tmp_path, default)
+    directory.mkdir(parents=True)
+    _script(directory / "llama-server", "#!/bin/sh\n")
+    assert local_build.cached_binary(tmp_path, default) is None
+    (directory / local_build.BUILD_RECORD).write_text(json.dumps({"smoke_test": "failed"}))
+    assert local_build.cached_binary(tmp_path, default) is None
+    (directory / local_build.BUILD_RECORD).write_text(json.dumps({"smoke_test": "passed"}))
+    assert local_build.cached_binary(tmp_path, default) == directory / "llama-server"
+    assert local_build.cached_binary(tmp_path, other) is None
+
+
+def test_smoke_test_names_the_signal(tmp_path):
+    binary = _script(tmp_path / "llama-server", DIES_OF_SIGILL)
+    failure = local_build.smoke_test(binary, tmp_path / "model.gguf", timeout=20)
+    assert failure is not None and "SIGILL" in failure and "illegal instruction" in failure
+
+
+def test_binary_that_fails_its_smoke_test_is_never_cached(tmp_path, monkeypatch):
+    monkeypatch.delenv("PROBER_LLAMA_CMAKE_ARGS", raising=False)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    built = _script(staging / "llama-server", DIES_OF_SIGILL)
+    # Only the compiler step is replaced (the real one runs in `make test`); the smoke test is real.
+    monkeypatch.setattr(local_build, "compile_llama_server", lambda cache, flags, jobs: (staging, built))
+    with pytest.raises(local_build.LocalBuildError) as failed:
+        local_build.build_llama_server(tmp_path, tmp_path / "model.gguf")
+    message = str(failed.value)
+    assert "SIGILL" in message and "prober local install --rebuild" in message
+    assert local_build.cached_binary(tmp_path, local_build.cmake_flags()) is None
+    assert not local_build.build_dir(tmp_path, local_build.cmake_flags()).exists()
+    assert not staging.exists()   # the build tree is cleaned up either way
+
+
+def test_start_reports_a_dying_binary_in_one_line(tmp_path):
+    binary = _script(tmp_path / "llama-server", DIES_OF_SIGILL)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"")
+    env = {"PROBER_LLAMA_SERVER": str(binary), "PROBER_CACHE_DIR": str(tmp_path / "cache")}
+    (tmp_path / "cache" / "models").mkdir(parents=True)
+    shutil.copy(model, tmp_path / "cache" / "models" / Path(local.MODEL_MEMBER).name)
+    result = prober("local", "start", "--port", "18937", cwd=tmp_path, env=env, timeout=60)
+    assert result.returncode == 3, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert "SIGILL" in lines[0] and "prober local install --rebuild" in lines[0]
+
+
+def test_the_built_binary_is_portable_and_smoke_tested():
+    """The binary `make test` built: recorded as smoke-tested with portable flags, and free of the
+    AMX tile instructions that killed the native build on an AMX-advertising VM."""
+    binary = local.llama_server_binary(install=False)
+    if not binary.exists():
+        pytest.fail(f"{binary} is missing: `make test` runs `prober local install` before pytest")
+    record = json.loads((binary.parent / local_build.BUILD_RECORD).read_text())
+    assert record["smoke_test"] == "passed"
+    assert "-DGGML_NATIVE=OFF" in record["cmake_flags"]
+    objdump = shutil.which("objdump")
+    assert objdump, "objdump (binutils) is needed to inspect the binary"
+    listing = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(binary)], capture_output=True,
+                             text=True, check=True).stdout
+    amx = [line for line in listing.splitlines() if any(op in line for op in ("tilezero", "ldtilecfg",
+                                                                              "tileloadd", "tdpbssd"))]
+    assert amx == []
+    assert len(listing) > 1_000_000   # it really disassembled a server, not an empty file
