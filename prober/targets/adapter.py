@@ -13,6 +13,7 @@ import json
 import json.scanner
 import re
 from time import perf_counter_ns
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from prober.config import TargetConfig
@@ -201,7 +202,12 @@ class HTTPAdapter(TargetAdapter):
         return out
 
     # sending ------------------------------------------------------------------------------------
-    async def send(self, request: ChatRequest, attempt: int = 1) -> Exchange:
+    async def send(self, request: ChatRequest, attempt: int = 1,
+                   before_resend: Callable[[Exchange], Awaitable[None]] | None = None) -> Exchange:
+        """Send `request`; where the endpoint refuses a parameter (or the body's shape) in a way
+        a changed body avoids, change it and send again. Each refused attempt is its own
+        Exchange: `before_resend(refused)` is awaited before every resend, so that the caller can
+        store it and charge the resend to the budget and the rate limit (it may raise to stop)."""
         skipped = [name for name in request.sampling if name in self.rejected]
         skip = set(skipped)
         rejected_now: list[tuple[str, str]] = []
@@ -210,15 +216,20 @@ class HTTPAdapter(TargetAdapter):
             body, notes = self.build_body(request, skip)
             ex = await self._exchange(body, request.stream, attempt)
             name = self._rejected_param(ex, request, skip)
-            if name is None:
+            if name is not None:
+                skip.add(name)
+                self.rejected.add(name)
+                rejected_now.append((name, ex.error_message or ""))
+                ex.findings.append(f"parameter {name} rejected: resent without it")
+            else:
                 change = self._reshape_after(ex)
                 if change is None:
                     break
                 reshaped.append(change)
-                continue
-            skip.add(name)
-            self.rejected.add(name)
-            rejected_now.append((name, ex.error_message or ""))
+                ex.findings.append(change)
+            if before_resend is not None:
+                await before_resend(ex)
+            attempt += 1
         ex.rejected_params = skipped + [name for name, _ in rejected_now]
         ex.findings.extend(notes)
         ex.findings.extend(f"parameter {name} not sent: rejected earlier by this endpoint"
