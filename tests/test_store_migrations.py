@@ -21,6 +21,7 @@ SAMPLE_COLUMNS = [
     "system_fingerprint", "response_model", "output_text", "output_sha256", "output_chars", "output_truncated",
     "tool_calls", "finish_reason", "usage", "started_at", "headers_ms", "first_byte_ms", "ttft_ms", "end_ms",
     "chunk_offsets_ms", "chunk_chars", "error_type", "error_message", "findings", "rejected_params", "extra",
+    "service_tier",
 ]
 RUN_COLUMNS = ["id", "suite", "started_at", "finished_at", "status", "prober_version", "config_hash", "host", "pid",
                "targets", "loop_lag", "notes"]
