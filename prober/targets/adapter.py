@@ -31,7 +31,6 @@ from prober.transport import (
     HTTPTransport,
     Response,
     TransportError,
-    build_head,
     split_url,
 )
 
@@ -161,7 +160,6 @@ class HTTPAdapter(TargetAdapter):
         super().__init__(target, base_url, api_key)
         origin, path = split_url(self.base_url)
         self._prefix = path if path.endswith("/v1") else f"{path}/v1"
-        self._origin = origin
         self.url = f"{origin.scheme}://{origin.host_header}{self._prefix}{self.endpoint}"
         self._transport = HTTPTransport(origin, max_connections=target.max_concurrency,
                                         timeouts=target.timeouts)
@@ -171,7 +169,7 @@ class HTTPAdapter(TargetAdapter):
         self._shown_headers: dict[bool, dict[str, str]] = {}
         for stream in (True, False):
             full = {**headers, "accept": "text/event-stream" if stream else "application/json"}
-            self._heads[stream] = build_head("POST", self._prefix + self.endpoint, origin, full)
+            self._heads[stream] = self._transport.request_head("POST", self._prefix + self.endpoint, full)
             self._shown_headers[stream] = {
                 k: ("[redacted]" if k.lower() in _SECRET_HEADERS else v) for k, v in full.items()}
         self._headers = headers
@@ -294,6 +292,12 @@ class HTTPAdapter(TargetAdapter):
         ex.request_id = headers.get("request-id") or headers.get("x-request-id")
         if response.connect_ns is not None:
             ex.extra["connect_ms"] = round(response.connect_ns / 1e6, 3)
+            if response.proxy_connect_ns is not None:
+                # Through a proxy: which one (never its credentials), and its share of connect_ms.
+                ex.extra["proxy"] = self._transport.proxy.address       # type: ignore[union-attr]
+                ex.extra["proxy_connect_ms"] = round(response.proxy_connect_ns / 1e6, 3)
+                if response.tunnel_ns is not None:
+                    ex.extra["proxy_tunnel_ms"] = round(response.tunnel_ns / 1e6, 3)
         if response.pool_wait_ns:
             ex.extra["pool_wait_ms"] = round(response.pool_wait_ns / 1e6, 3)
 

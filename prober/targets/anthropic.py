@@ -12,7 +12,6 @@ from prober.targets.adapter import (
     merge_extra,
     tool_call_record,
 )
-from prober.transport import build_head
 
 _TOOL_BLOCKS = ("tool_use", "server_tool_use", "mcp_tool_use")
 # Delta types whose content is measured in characters; a zero-length one is not a content chunk.
@@ -221,8 +220,8 @@ class AnthropicAdapter(HTTPAdapter):
             body["tools"] = [anthropic_tool(tool) for tool in request.tools]
         if request.tool_choice is not None:
             body["tool_choice"] = anthropic_tool_choice(request.tool_choice)
-        head = build_head("POST", f"{self._prefix}/messages/count_tokens", self._origin,
-                          {**self._headers, "accept": "application/json"})
+        head = self._transport.request_head("POST", f"{self._prefix}/messages/count_tokens",
+                                            {**self._headers, "accept": "application/json"})
         try:
             response = await self._transport.send(head, json.dumps(body).encode())
             try:
