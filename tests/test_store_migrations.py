@@ -53,7 +53,8 @@ def test_new_database_gets_the_whole_schema(store_url):
         assert _indexes(engine, "runs") == {"ix_runs_suite_started_at": ["suite", "started_at"]}
         assert _indexes(engine, "samples") == {"ix_samples_run_id": ["run_id"]}
         assert _indexes(engine, "metrics") == {"ix_metrics_run_id": ["run_id"]}
-        assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial"), (2, "m002_alerts")]
+        assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial"), (2, "m002_alerts"),
+                                                               (3, "m003_sample_service_tier")]
         assert schema_version(engine) == len(MIGRATIONS)
     finally:
         engine.dispose()
