@@ -29,14 +29,51 @@ class RunBudget:
         self.requests += 1
 
     def record(self, exchange: Exchange) -> None:
-        self.tokens += reported_tokens(exchange.usage)
+        tokens, unreadable = reported_tokens(exchange.usage)
+        self.tokens += tokens
+        # Not a silent 0: the sample says which count the budget could not charge.
+        exchange.findings.extend(f"usage.{key} = {value!r} is not a token count: not charged to the budget"
+                                 for key, value in unreadable)
 
 
-def reported_tokens(usage: dict | None) -> int:
-    """Input plus output tokens as reported, across both protocols' field names."""
+_INPUT_OUTPUT = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+_PROMPT_COMPLETION = ("prompt_tokens", "completion_tokens")
+
+
+def reported_tokens(usage: dict | None) -> tuple[int, list[tuple[str, object]]]:
+    """Input plus output tokens as reported, across both protocols' field names; and the fields
+    present that are no count. A count sent as "20" or 20.0 is charged as 20 (that is what the
+    endpoint bills; the conformance check reports the type); true, 2.5 or "many" are returned as
+    unreadable. Absent and null fields are neither."""
     if not usage:
-        return 0
-    keys = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        return 0, []
+    keys = _INPUT_OUTPUT
     if "prompt_tokens" in usage or "completion_tokens" in usage:
-        keys = ("prompt_tokens", "completion_tokens")
-    return sum(v for k in keys if isinstance(v := usage.get(k), int))
+        keys = _PROMPT_COMPLETION
+    total = 0
+    unreadable: list[tuple[str, object]] = []
+    for key in keys:
+        value = usage.get(key)
+        if value is None:
+            continue
+        count = token_count(value)
+        if count is None:
+            unreadable.append((key, value))
+        else:
+            total += count
+    return total, unreadable
+
+
+def token_count(value: object) -> int | None:
+    """A non-negative whole number of tokens however it was spelled (7, 7.0, "7"); None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        count = value
+    elif isinstance(value, float) and value.is_integer():
+        count = int(value)
+    elif isinstance(value, str) and value.strip().isdigit():
+        count = int(value)
+    else:
+        return None
+    return count if count >= 0 else None

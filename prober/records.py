@@ -76,6 +76,9 @@ class Exchange:
     request_id: str | None = None
     system_fingerprint: str | None = None
     response_model: str | None = None
+    # The tier that served the request as the response says ("default", "flex", "priority";
+    # Anthropic: usage.service_tier), where it says one: a drift in it explains a latency drift.
+    service_tier: str | None = None
     text: str = ""
     # Structured output: tool_use inputs (Anthropic) or tool_calls (OpenAI), as parsed JSON or raw text.
     tool_calls: list[dict[str, Any]] = field(default_factory=list)

@@ -18,7 +18,7 @@ from typing import Any
 
 from asyncio_throttle import Throttler
 
-from prober.budget import RunBudget
+from prober.budget import BudgetExhausted, RunBudget
 from prober.config import RunnerConfig, TargetConfig
 from prober.progress import RunProgress
 from prober.records import ChatRequest, Exchange, Sample
@@ -74,24 +74,39 @@ class TargetSession:
 
     async def send(self, request: ChatRequest, *, case: str, labels: dict[str, Any]) -> Exchange:
         request_index = next(self.request_counter)
-        attempt = 1
+        attempt = 1          # every attempt on the wire, resends after a refused parameter included
+        tries = 1            # what the retry policy counts: resends are not retries
+
+        async def before_resend(refused: Exchange) -> None:
+            # A resend after a refused parameter is an attempt like any other: stored, and charged
+            # to the budget and the rate limit before it goes out.
+            self.budget.record(refused)
+            try:
+                self.budget.reserve_request()
+            except BudgetExhausted:
+                store(refused, final=True)
+                raise
+            store(refused, final=False)
+            await self._throttle()
+
+        def store(exchange: Exchange, *, final: bool) -> None:
+            self.sink.put(Sample(run_id=self.run_id, target=self.target.name, probe=self.probe_name,
+                                 case=case, labels=labels, exchange=exchange,
+                                 request_index=request_index, final=final))
+
         while True:
             self.budget.reserve_request()
             async with self.gate.semaphore:
-                if self.gate.throttler is not None:
-                    async with self.gate.throttler:
-                        pass
-                exchange = await self.adapter.send(request, attempt=attempt)
+                await self._throttle()
+                exchange = await self.adapter.send(request, attempt=attempt, before_resend=before_resend)
             self.budget.record(exchange)
-            retry = should_retry(exchange, attempt, self.settings.max_retries)
+            retry = should_retry(exchange, tries, self.settings.max_retries)
             delay = None
             if retry:
-                delay = retry_delay(attempt, exchange.response_headers, base=self.settings.backoff_base,
+                delay = retry_delay(tries, exchange.response_headers, base=self.settings.backoff_base,
                                     cap=self.settings.backoff_max, retry_after_max=self.settings.retry_after_max)
                 retry = delay is not None
-            self.sink.put(Sample(run_id=self.run_id, target=self.target.name, probe=self.probe_name,
-                                 case=case, labels=labels, exchange=exchange,
-                                 request_index=request_index, final=not retry))
+            store(exchange, final=not retry)
             if not retry:
                 task_id = _progress_task.get()
                 if task_id is not None:
@@ -99,16 +114,20 @@ class TargetSession:
                 return exchange
             self.progress.note_retry()
             await asyncio.sleep(delay)
-            attempt += 1
+            tries += 1
+            attempt = exchange.attempt + 1
+
+    async def _throttle(self) -> None:
+        if self.gate.throttler is not None:
+            async with self.gate.throttler:
+                pass
 
     async def count_tokens(self, request: ChatRequest) -> int | None:
         """Input tokens of `request` as the endpoint counts them (Anthropic's count_tokens route);
         None where it cannot. Not a sample: counting is free and produces no Exchange, but it still
         waits for the target's concurrency cap and rate limit."""
         async with self.gate.semaphore:
-            if self.gate.throttler is not None:
-                async with self.gate.throttler:
-                    pass
+            await self._throttle()
             return await self.adapter.count_tokens(request)
 
     @contextlib.contextmanager

@@ -20,14 +20,17 @@ that is safe for POST because the server cannot have produced anything.
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime as dt
 import os
 import ssl
+import urllib.request
+import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from time import perf_counter_ns
 from typing import NamedTuple
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from prober.config import Timeouts
 
@@ -55,6 +58,12 @@ class Origin(NamedTuple):
     port: int
 
     @property
+    def authority(self) -> str:
+        """host:port, always with the port (a CONNECT target, a proxy's address)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @property
     def host_header(self) -> str:
         default = 443 if self.scheme == "https" else 80
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -71,10 +80,54 @@ def split_url(url: str) -> tuple[Origin, str]:
     return Origin(scheme, parts.hostname, port), parts.path.rstrip("/")
 
 
+class Proxy(NamedTuple):
+    """An HTTP proxy: its address, and the Proxy-Authorization value when its URL had credentials
+    (sent to the proxy only; never stored, never shown: `address` is what a sample records)."""
+    origin: Origin
+    authorization: str | None
+
+    @property
+    def address(self) -> str:
+        return self.origin.authority
+
+
+def proxy_for(origin: Origin, environ: Mapping[str, str] | None = None) -> Proxy | None:
+    """The proxy the official SDKs (httpx, trusting the environment) would use for `origin`:
+    HTTPS_PROXY for https, HTTP_PROXY for http, ALL_PROXY for either (lower case wins, as in
+    urllib); none when NO_PROXY names the host ("*", a host, a domain and its subdomains, with or
+    without a leading dot, optionally with a port). Raises ValueError for a proxy URL prober
+    cannot use (only http:// proxies: CONNECT tunnels https through them)."""
+    env = os.environ if environ is None else environ
+    proxies: dict[str, str] = {}
+    for name, value in env.items():                 # as urllib.request.getproxies_environment
+        lower = name.lower()
+        if value and lower.endswith("_proxy"):
+            if name == lower or lower[:-6] not in proxies:
+                proxies[lower[:-6]] = value
+    url = proxies.get(origin.scheme) or proxies.get("all")
+    if not url:
+        return None
+    if urllib.request.proxy_bypass_environment(origin.authority, proxies):
+        return None
+    if "://" not in url:
+        url = f"http://{url}"                       # httpx reads a bare host:port as http
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "http" or not parts.hostname:
+        raise ValueError(f"{origin.scheme}_proxy {url!r}: prober speaks to proxies over http:// only")
+    authorization = None
+    if parts.username is not None:
+        credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        authorization = "Basic " + base64.b64encode(credentials.encode()).decode("ascii")
+    return Proxy(Origin("http", parts.hostname, parts.port or 80), authorization)
+
+
 def build_head(method: str, path: str, origin: Origin, headers: dict[str, str]) -> bytes:
     """The request line and headers up to (not including) Content-Length and the blank line.
     Built once per endpoint: only the length changes between requests."""
-    lines = [f"{method} {path} HTTP/1.1", f"host: {origin.host_header}", f"user-agent: {_USER_AGENT}"]
+    # identity: a compressed stream would hold back tokens until a compressor block fills, and
+    # decoding costs CPU per chunk; a server that compresses anyway is still decoded (Response).
+    lines = [f"{method} {path} HTTP/1.1", f"host: {origin.host_header}", f"user-agent: {_USER_AGENT}",
+             "accept-encoding: identity"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     return ("\r\n".join(lines) + "\r\n").encode("latin-1")
 
@@ -113,6 +166,8 @@ class _Connection(asyncio.Protocol):
         # a waiting task: the body is consumed inside data_received, with no task switch per chunk.
         self.sink: Callable[[], None] | None = None
         self.connect_ns: int | None = None     # time the connect (and TLS handshake) took
+        self.proxy_connect_ns: int | None = None   # of which: the TCP connect to the proxy
+        self.tunnel_ns: int | None = None          # of which: CONNECT until the proxy said 200
         self._reading_paused = False
         self._write_waiter: asyncio.Future[None] | None = None
         self._writing_paused = False
@@ -263,14 +318,17 @@ class Response:
 
     __slots__ = ("status", "reason", "http_version", "headers", "start_ns", "started_at",
                  "headers_ns", "first_byte_ns", "end_ns", "reused", "connect_ns", "pool_wait_ns",
+                 "proxy_connect_ns", "tunnel_ns",
                  "_conn", "_pool", "_state", "_remaining", "_keep_alive", "_released",
-                 "_on_data", "_pushed")
+                 "_on_data", "_pushed", "_decode", "_inflater")
 
     def __init__(self, conn: _Connection, pool: HTTPTransport, *, reused: bool) -> None:
         self._conn = conn
         self._pool = pool
         self.reused = reused
         self.connect_ns = None if reused else conn.connect_ns
+        self.proxy_connect_ns = None if reused else conn.proxy_connect_ns
+        self.tunnel_ns = None if reused else conn.tunnel_ns
         self.status = 0
         self.reason = ""
         self.http_version = ""
@@ -287,6 +345,9 @@ class Response:
         self._released = False
         self._on_data: Callable[[bytes, int], bool] | None = None
         self._pushed: asyncio.Future[None] | None = None
+        # Body bytes without framing; with Content-Encoding, also decompressed (`_inflate`).
+        self._decode: Callable[[], bytes] = self._unframe
+        self._inflater = None
 
     @property
     def last_ns(self) -> int:
@@ -326,6 +387,9 @@ class Response:
                 break
             self.headers = {}       # an interim 1xx response: the real one follows
         self._frame(method)
+        encoding = self.headers.get("content-encoding", "identity").strip().lower()
+        if encoding != "identity" and self._state != _DONE:
+            self._start_inflating(encoding)
         if buf and self._state != _DONE:
             self.first_byte_ns = conn.recv_ns
 
@@ -373,8 +437,31 @@ class Response:
             self._state = _UNTIL_CLOSE
             self._keep_alive = False
 
+    def _start_inflating(self, encoding: str) -> None:
+        """prober asks for identity; a server that compresses anyway is decoded if it used gzip or
+        deflate, and named otherwise (br and zstd need libraries prober does not carry)."""
+        if encoding not in ("gzip", "x-gzip", "deflate"):
+            raise TransportError("protocol", f"the server compressed the response with Content-Encoding "
+                                             f"{encoding!r} although prober asked for identity; prober "
+                                             f"decodes only gzip and deflate")
+        self._inflater = zlib.decompressobj(zlib.MAX_WBITS | 32)    # gzip or zlib header, detected
+        self._decode = self._unframe_and_inflate
+
+    def _unframe_and_inflate(self) -> bytes:
+        data = self._unframe()
+        inflater = self._inflater
+        try:
+            out = inflater.decompress(data) if data else b""
+            if self._state == _DONE:
+                out += inflater.flush()
+                self._decode = self._unframe        # a flushed decompressor takes no more
+        except zlib.error as exc:
+            raise TransportError("protocol", f"undecodable {self.headers['content-encoding']} body: "
+                                             f"{exc}") from None
+        return out
+
     # body ------------------------------------------------------------------------------------
-    def _decode(self) -> bytes:
+    def _unframe(self) -> bytes:
         """Take every body byte already buffered (framing removed); b"" when nothing is ready."""
         buf = self._conn.buf
         state = self._state
@@ -570,43 +657,101 @@ class Response:
 
 
 class HTTPTransport:
-    """Keep-alive connections to one origin, at most `max_connections` requests in flight."""
+    """Keep-alive connections to one origin, at most `max_connections` requests in flight.
+
+    Through a proxy when the environment names one for the origin (`proxy_for`), as the official
+    SDKs do: plain http goes to the proxy with the absolute URL as request target; https is
+    tunnelled with CONNECT and TLS runs end to end inside the tunnel. Either way the proxy is
+    met only while connecting, so the per-request path is the same as without one."""
 
     def __init__(self, origin: Origin, *, max_connections: int, timeouts: Timeouts,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None,
+                 environ: Mapping[str, str] | None = None) -> None:
         self.origin = origin
         self.timeouts = timeouts
         self._ssl = (ssl_context or default_ssl_context()) if origin.scheme == "https" else None
+        self._proxy_error: str | None = None
+        try:
+            self.proxy = proxy_for(origin, environ)
+        except ValueError as exc:       # every request then fails with this, instead of going direct
+            self.proxy, self._proxy_error = None, str(exc)
         self._idle: deque[_Connection] = deque()
         self._slots = asyncio.Semaphore(max_connections)
         self._open: set[_Connection] = set()
         self._closed = False
         self.connections_opened = 0
 
+    def request_head(self, method: str, path: str, headers: dict[str, str]) -> bytes:
+        """`build_head` for this transport's route: through a proxy, plain http names the whole
+        URL in the request line and carries the proxy's credentials."""
+        proxy = self.proxy
+        if proxy is None or self.origin.scheme == "https":
+            return build_head(method, path, self.origin, headers)
+        if proxy.authorization:
+            headers = {**headers, "proxy-authorization": proxy.authorization}
+        return build_head(method, f"http://{self.origin.host_header}{path}", self.origin, headers)
+
     async def _connect(self, deadline_ns: int) -> _Connection:
+        if self._proxy_error is not None:
+            raise TransportError("connection", self._proxy_error, before_response=True)
         loop = asyncio.get_running_loop()
         budget = min(self.timeouts.connect, max((deadline_ns - perf_counter_ns()) / 1e9, 0.001))
         origin = self.origin
+        proxy = self.proxy
+        hop = proxy.origin if proxy is not None else origin      # where the TCP connection goes
+        direct_tls = self._ssl if proxy is None else None
         t0 = perf_counter_ns()
+        stage = f"connect to {hop.host}:{hop.port}" + (" (the proxy)" if proxy is not None else "")
         try:
             async with asyncio.timeout(budget):
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(loop), origin.host, origin.port, ssl=self._ssl,
-                    server_hostname=origin.host if self._ssl else None)
+                    lambda: _Connection(loop), hop.host, hop.port, ssl=direct_tls,
+                    server_hostname=origin.host if direct_tls else None)
+                if proxy is not None:
+                    conn.proxy_connect_ns = perf_counter_ns() - t0
+                    if self._ssl is not None:
+                        stage = f"CONNECT {origin.authority} through the proxy {proxy.address}"
+                        await self._tunnel(conn, proxy)
+                        stage = f"TLS handshake with {origin.host}:{origin.port} through the proxy"
+                        conn.transport = await loop.start_tls(   # type: ignore[assignment]
+                            conn.transport, conn, self._ssl, server_hostname=origin.host)
         except TimeoutError:
-            raise TransportError("timeout", f"connect timeout after {budget:g}s to "
-                                 f"{origin.host}:{origin.port}", before_response=True) from None
+            raise TransportError("timeout", f"connect timeout after {budget:g}s: {stage}",
+                                 before_response=True) from None
         except ssl.SSLError as exc:
             raise TransportError("connection", f"TLS handshake with {origin.host}:{origin.port} "
                                  f"failed: {exc}", before_response=True) from None
         except OSError as exc:
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
-            raise TransportError("connection", f"connect to {origin.host}:{origin.port} failed: "
-                                 f"{reason}", before_response=True) from None
+            raise TransportError("connection", f"{stage} failed: {reason}", before_response=True) from None
         conn.connect_ns = perf_counter_ns() - t0
         self.connections_opened += 1
         self._open.add(conn)
         return conn
+
+    async def _tunnel(self, conn: _Connection, proxy: Proxy) -> None:
+        """CONNECT through the proxy; returns once it answered 2xx (the tunnel is open)."""
+        t0 = perf_counter_ns()
+        target = self.origin.authority
+        lines = [f"CONNECT {target} HTTP/1.1", f"host: {target}", f"user-agent: {_USER_AGENT}"]
+        if proxy.authorization:
+            lines.append(f"proxy-authorization: {proxy.authorization}")
+        await conn.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        buf = conn.buf
+        while (end := buf.find(b"\r\n\r\n")) < 0:
+            if conn.error is not None or conn.eof or len(buf) > _MAX_HEAD:
+                conn.close()
+                raise TransportError("connection", f"the proxy {proxy.address} closed the connection "
+                                     f"instead of answering CONNECT {target}", before_response=True)
+            await conn.wait()
+        status_line = bytes(buf[:buf.find(b"\r\n")]).decode("latin-1", "replace")
+        del buf[:end + 4]
+        code = status_line.split(" ", 2)[1] if status_line.count(" ") >= 1 else ""
+        if not (code.isdigit() and 200 <= int(code) < 300):
+            conn.close()
+            raise TransportError("connection", f"the proxy {proxy.address} refused CONNECT {target}: "
+                                 f"{status_line[:200]!r}", before_response=True)
+        conn.tunnel_ns = perf_counter_ns() - t0
 
     def _take_idle(self) -> _Connection | None:
         idle = self._idle
@@ -691,11 +836,16 @@ class HTTPTransport:
 async def unreachable_reason(url: str, timeout: float) -> str | None:
     """None if a TCP connection to the URL's host opens; otherwise why not. Lets the runner refuse
     a run up front (exit 3) instead of storing a run's worth of connection errors."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, port), timeout)
+        origin, _ = split_url(url)
+        proxy = proxy_for(origin)
+    except ValueError as exc:
+        return str(exc)
+    hop = proxy.origin if proxy is not None else origin      # through a proxy, the proxy must answer
+    via = f" (the proxy for {origin.authority})" if proxy is not None else ""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(hop.host, hop.port), timeout)
     except (OSError, asyncio.TimeoutError) as exc:
-        return f"cannot connect to {parts.hostname}:{port} ({type(exc).__name__}: {exc or 'timed out'})"
+        return f"cannot connect to {hop.host}:{hop.port}{via} ({type(exc).__name__}: {exc or 'timed out'})"
     writer.close()
     return None

@@ -7,7 +7,7 @@ a nonce so that no prefix cache can flatter the numbers.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -129,6 +129,12 @@ class LatencyProbe(Probe):
             good = sum(1 for r in ok if _meets_thresholds(r, params))
             share, low, high = stats.proportion(good, n_all)
             add("goodput", share, level, n_all, "ratio", (low, high))
+            # The tier that served each request: a night moved to another tier explains a latency
+            # drift. Its own series per tier, so the level's other series keep one identity.
+            tiers = Counter(r["service_tier"] for r in ok if r.get("service_tier"))
+            for tier, count in sorted(tiers.items()):
+                collected.add("service_tier_requests", count, {"concurrency": level, "service_tier": tier},
+                              n_ok, "requests")
             if ttft:
                 ttft_p50_by_level[level] = stats.percentile(ttft, 50)  # type: ignore[assignment]
 

@@ -2,7 +2,7 @@
 # System packages the tests need, installed only when missing: PostgreSQL's server binaries and
 # Prometheus Alertmanager (the tests start their own throwaway instances; the Debian services are
 # not used), promtool (from the prometheus package) to check the Prometheus export, and Chromium to
-# load the HTML report headless.
+# load the HTML report headless, and tinyproxy to test requests sent through an HTTP proxy.
 set -euo pipefail
 
 missing=()
@@ -10,6 +10,7 @@ compgen -G "/usr/lib/postgresql/*/bin/initdb" > /dev/null || missing+=(postgresq
 command -v prometheus-alertmanager > /dev/null || missing+=(prometheus-alertmanager)
 command -v promtool > /dev/null || missing+=(prometheus)
 command -v chromium > /dev/null || missing+=(chromium)
+command -v tinyproxy > /dev/null || missing+=(tinyproxy)
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0

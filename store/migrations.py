@@ -173,10 +173,16 @@ def _m002_alerts(conn: sa.Connection) -> None:
     md.create_all(conn)
 
 
+def _m003_sample_service_tier(conn: sa.Connection) -> None:
+    """samples.service_tier: the tier that served the request, as the response said."""
+    add_column(conn, "samples", sa.Column("service_tier", sa.Text))
+
+
 # Append new migrations here; never edit or reorder the ones above.
 MIGRATIONS: list[Migration] = [
     _m001_initial,
     _m002_alerts,
+    _m003_sample_service_tier,
 ]
 
 

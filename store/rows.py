@@ -50,6 +50,7 @@ def sample_row(sample: Sample, max_output_chars: int | None) -> dict[str, Any]:
         "request_id": ex.request_id,
         "system_fingerprint": ex.system_fingerprint,
         "response_model": ex.response_model,
+        "service_tier": ex.service_tier,
         **output_fields(ex.text, max_output_chars),
         "tool_calls": ex.tool_calls,
         "finish_reason": ex.finish_reason,

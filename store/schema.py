@@ -75,6 +75,7 @@ samples = sa.Table(
     sa.Column("findings", JSONColumn()),
     sa.Column("rejected_params", JSONColumn()),
     sa.Column("extra", JSONColumn()),
+    sa.Column("service_tier", sa.Text),
     sa.Index("ix_samples_run_id", "run_id"),
 )
 

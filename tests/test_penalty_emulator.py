@@ -148,9 +148,13 @@ def test_suite_measures_what_the_emulator_did_and_the_injection_check(tmp_path, 
 
 
 def test_anthropic_structured_mode_is_a_forced_tool_and_penalties_are_refused(tmp_path):
-    rows, metrics, _ = _run(tmp_path, FAST, "anthropic", {
+    stored, metrics, _ = _run(tmp_path, FAST, "anthropic", {
         "modes": ["json_object", "json_schema"], "n_records": [12], "temperatures": [0.0],
         "penalties": {"frequency_penalty": [1.0]}, "repeats": 2, "baseline_repeats": 2})
+    # The refused attempt is stored too (an attempt on the wire), before the resend that answered.
+    refused = [r for r in stored if not r["final"]]
+    assert refused and all(r["http_status"] == 400 and r["findings"][0].startswith("parameter ") for r in refused)
+    rows = [r for r in stored if r["final"]]
     assert {r["labels"]["mode"] for r in rows} == {"tool"}
     assert all(r["request_body"]["tool_choice"] == {"type": "tool", "name": "save_records"} for r in rows)
     assert all(r["tool_calls"] and r["tool_calls"][0]["name"] == "save_records" for r in rows)

@@ -21,6 +21,7 @@ SAMPLE_COLUMNS = [
     "system_fingerprint", "response_model", "output_text", "output_sha256", "output_chars", "output_truncated",
     "tool_calls", "finish_reason", "usage", "started_at", "headers_ms", "first_byte_ms", "ttft_ms", "end_ms",
     "chunk_offsets_ms", "chunk_chars", "error_type", "error_message", "findings", "rejected_params", "extra",
+    "service_tier",
 ]
 RUN_COLUMNS = ["id", "suite", "started_at", "finished_at", "status", "prober_version", "config_hash", "host", "pid",
                "targets", "loop_lag", "notes"]
@@ -52,7 +53,8 @@ def test_new_database_gets_the_whole_schema(store_url):
         assert _indexes(engine, "runs") == {"ix_runs_suite_started_at": ["suite", "started_at"]}
         assert _indexes(engine, "samples") == {"ix_samples_run_id": ["run_id"]}
         assert _indexes(engine, "metrics") == {"ix_metrics_run_id": ["run_id"]}
-        assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial"), (2, "m002_alerts")]
+        assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial"), (2, "m002_alerts"),
+                                                               (3, "m003_sample_service_tier")]
         assert schema_version(engine) == len(MIGRATIONS)
     finally:
         engine.dispose()

@@ -80,7 +80,7 @@ def test_sample_round_trip(db):
         request_headers={"Authorization": "Bearer sk-secret", "X-Api-Key": "sk-ant-secret", "api-key": "azure",
                          "content-type": "application/json"},
         response_headers={"request-id": "req_7", "x-ratelimit-remaining-requests": "99"},
-        system_fingerprint="fp_1", tool_calls=[{"name": "get", "input": {"a": [1, 2]}}],
+        system_fingerprint="fp_1", service_tier="priority", tool_calls=[{"name": "get", "input": {"a": [1, 2]}}],
         findings=["usage.cache_read_input_tokens missing"], rejected_params=["temperature"],
         extra={"timings": {"prompt_ms": 1.5}, "seen_at": dt.datetime(2025, 1, 1, tzinfo=UTC)})
     sample.final = False
@@ -97,6 +97,7 @@ def test_sample_round_trip(db):
     assert row["response_headers"] == {"request-id": "req_7", "x-ratelimit-remaining-requests": "99"}
     assert (row["http_status"], row["request_id"], row["system_fingerprint"], row["response_model"]) == \
         (200, "req_7", "fp_1", "emulator-1")
+    assert row["service_tier"] == "priority"
     assert row["output_text"] == "answer 7" and row["output_truncated"] is False
     assert row["tool_calls"] == [{"name": "get", "input": {"a": [1, 2]}}]
     assert row["finish_reason"] == "end_turn"

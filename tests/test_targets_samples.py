@@ -79,7 +79,8 @@ HOSTED = [
         text="I'll check the current weather in Paris for you.",
         usage={"input_tokens": 377, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
                "output_tokens": 65, "service_tier": "standard"},
-        finish_reason="tool_use", first_token=3, chunk_chars=[1, 47, 0, 8, 7, 2, 4],
+        # The empty input_json_delta that opens the tool block is not a content chunk.
+        finish_reason="tool_use", first_token=3, chunk_chars=[1, 47, 8, 7, 2, 4], service_tier="standard",
         tool_calls=[{"type": "tool_use", "id": "toolu_01NRLabsLyVHZPKxbKvkfSMn",
                      "name": "get_weather", "input": {"location": "Paris"}}])),
     ("openai", "openai-chat-stream-include-usage.sse", dict(
@@ -115,6 +116,8 @@ def check(ex: Exchange, expected: dict) -> None:
         assert ex.tool_calls == expected["tool_calls"]
     if "chunk_chars" in expected:
         assert ex.chunk_chars == expected["chunk_chars"]
+    if "service_tier" in expected:
+        assert ex.service_tier == expected["service_tier"]
     if "n_chunks" in expected:
         assert len(ex.chunk_ns) == expected["n_chunks"]
     for key in ("system_fingerprint", "request_id", "response_model"):
@@ -278,8 +281,8 @@ def test_conformance_finds_wrong_types_and_missing_fields():
         del events[5][1]["model"]
         return events
     findings = _broken("openai-chat-stream-include-usage.sse", "openai", created_as_string)
-    assert findings == ["openai chunk #2: created: Input should be a valid integer, unable to parse "
-                        "string as an integer", "openai chunk #5: model: Field required"]
+    assert findings == ["openai chunk #2: created: Input should be a valid integer",
+                        "openai chunk #5: model: Field required"]
 
 
 def test_conformance_protocol_level_findings():

@@ -13,6 +13,7 @@ import json
 import json.scanner
 import re
 from time import perf_counter_ns
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from prober.config import TargetConfig
@@ -30,7 +31,6 @@ from prober.transport import (
     HTTPTransport,
     Response,
     TransportError,
-    build_head,
     split_url,
 )
 
@@ -160,7 +160,6 @@ class HTTPAdapter(TargetAdapter):
         super().__init__(target, base_url, api_key)
         origin, path = split_url(self.base_url)
         self._prefix = path if path.endswith("/v1") else f"{path}/v1"
-        self._origin = origin
         self.url = f"{origin.scheme}://{origin.host_header}{self._prefix}{self.endpoint}"
         self._transport = HTTPTransport(origin, max_connections=target.max_concurrency,
                                         timeouts=target.timeouts)
@@ -170,7 +169,7 @@ class HTTPAdapter(TargetAdapter):
         self._shown_headers: dict[bool, dict[str, str]] = {}
         for stream in (True, False):
             full = {**headers, "accept": "text/event-stream" if stream else "application/json"}
-            self._heads[stream] = build_head("POST", self._prefix + self.endpoint, origin, full)
+            self._heads[stream] = self._transport.request_head("POST", self._prefix + self.endpoint, full)
             self._shown_headers[stream] = {
                 k: ("[redacted]" if k.lower() in _SECRET_HEADERS else v) for k, v in full.items()}
         self._headers = headers
@@ -201,7 +200,12 @@ class HTTPAdapter(TargetAdapter):
         return out
 
     # sending ------------------------------------------------------------------------------------
-    async def send(self, request: ChatRequest, attempt: int = 1) -> Exchange:
+    async def send(self, request: ChatRequest, attempt: int = 1,
+                   before_resend: Callable[[Exchange], Awaitable[None]] | None = None) -> Exchange:
+        """Send `request`; where the endpoint refuses a parameter (or the body's shape) in a way
+        a changed body avoids, change it and send again. Each refused attempt is its own
+        Exchange: `before_resend(refused)` is awaited before every resend, so that the caller can
+        store it and charge the resend to the budget and the rate limit (it may raise to stop)."""
         skipped = [name for name in request.sampling if name in self.rejected]
         skip = set(skipped)
         rejected_now: list[tuple[str, str]] = []
@@ -210,15 +214,20 @@ class HTTPAdapter(TargetAdapter):
             body, notes = self.build_body(request, skip)
             ex = await self._exchange(body, request.stream, attempt)
             name = self._rejected_param(ex, request, skip)
-            if name is None:
+            if name is not None:
+                skip.add(name)
+                self.rejected.add(name)
+                rejected_now.append((name, ex.error_message or ""))
+                ex.findings.append(f"parameter {name} rejected: resent without it")
+            else:
                 change = self._reshape_after(ex)
                 if change is None:
                     break
                 reshaped.append(change)
-                continue
-            skip.add(name)
-            self.rejected.add(name)
-            rejected_now.append((name, ex.error_message or ""))
+                ex.findings.append(change)
+            if before_resend is not None:
+                await before_resend(ex)
+            attempt += 1
         ex.rejected_params = skipped + [name for name, _ in rejected_now]
         ex.findings.extend(notes)
         ex.findings.extend(f"parameter {name} not sent: rejected earlier by this endpoint"
@@ -283,6 +292,12 @@ class HTTPAdapter(TargetAdapter):
         ex.request_id = headers.get("request-id") or headers.get("x-request-id")
         if response.connect_ns is not None:
             ex.extra["connect_ms"] = round(response.connect_ns / 1e6, 3)
+            if response.proxy_connect_ns is not None:
+                # Through a proxy: which one (never its credentials), and its share of connect_ms.
+                ex.extra["proxy"] = self._transport.proxy.address       # type: ignore[union-attr]
+                ex.extra["proxy_connect_ms"] = round(response.proxy_connect_ns / 1e6, 3)
+                if response.tunnel_ns is not None:
+                    ex.extra["proxy_tunnel_ms"] = round(response.tunnel_ns / 1e6, 3)
         if response.pool_wait_ns:
             ex.extra["pool_wait_ms"] = round(response.pool_wait_ns / 1e6, 3)
 

@@ -12,9 +12,18 @@ from prober.targets.adapter import (
     merge_extra,
     tool_call_record,
 )
-from prober.transport import build_head
 
 _TOOL_BLOCKS = ("tool_use", "server_tool_use", "mcp_tool_use")
+# Delta types whose content is measured in characters; a zero-length one is not a content chunk.
+_SIZED_DELTAS = frozenset({"text_delta", "input_json_delta", "thinking_delta", "signature_delta"})
+_KNOWN_EVENTS = frozenset({"message_start", "content_block_start", "content_block_delta",
+                           "content_block_stop", "message_delta", "message_stop", "error"})
+
+
+def _service_tier(usage: dict[str, Any]) -> str | None:
+    """Anthropic reports the tier that served the request inside usage ("standard", "priority")."""
+    tier = usage.get("service_tier")
+    return tier if isinstance(tier, str) else None
 
 
 def anthropic_tool(tool: dict[str, Any]) -> dict[str, Any]:
@@ -83,13 +92,19 @@ class AnthropicStreamDecoder(StreamDecoder):
                     if isinstance(thinking, str):
                         self._thinking.append(thinking)
                         chars = len(thinking)
-            self._content(ns, chars)
+                # An empty piece (signature_delta, an empty input_json_delta) carries no generated
+                # content: counted, it would open TTFT early and put a ~0 ms gap into ITL.
+                if chars or dtype not in _SIZED_DELTAS:
+                    self._content(ns, chars)
+            else:
+                self._content(ns, chars)
         elif kind == "message_start":
             message = obj.get("message")
             if isinstance(message, dict):
                 usage = message.get("usage")
                 if isinstance(usage, dict):
                     ex.usage = dict(usage)
+                    ex.service_tier = _service_tier(usage)
                 ex.response_model = message.get("model")
                 if ex.request_id is None and isinstance(message.get("id"), str):
                     ex.request_id = message["id"]
@@ -115,12 +130,18 @@ class AnthropicStreamDecoder(StreamDecoder):
                 for key, value in usage.items():
                     if value is not None or key not in ex.usage:
                         ex.usage[key] = value
+                ex.service_tier = _service_tier(ex.usage)
         elif kind == "message_stop":
             self.done = True
             self.end_ns = ns
         elif kind == "error":
             self._error_event(obj, ns)
-        # ping and event types added after this was written: nothing to do (kept in raw_events)
+        elif kind != "ping" and kind not in _KNOWN_EVENTS:
+            # The API says new event types may appear and are to be ignored: a notice, not a fault.
+            notices = ex.extra.setdefault("notices", [])
+            notice = f"unknown event type {kind!r} ignored"
+            if notice not in notices:
+                notices.append(notice)
 
     def finish(self) -> None:
         super().finish()
@@ -173,6 +194,7 @@ class AnthropicAdapter(HTTPAdapter):
             ex.extra["stop_sequence"] = body["stop_sequence"]
         if isinstance(body.get("usage"), dict):
             ex.usage = body["usage"]
+            ex.service_tier = _service_tier(ex.usage)
         texts, thinking = [], []
         for block in body.get("content") or []:
             if not isinstance(block, dict):
@@ -198,8 +220,8 @@ class AnthropicAdapter(HTTPAdapter):
             body["tools"] = [anthropic_tool(tool) for tool in request.tools]
         if request.tool_choice is not None:
             body["tool_choice"] = anthropic_tool_choice(request.tool_choice)
-        head = build_head("POST", f"{self._prefix}/messages/count_tokens", self._origin,
-                          {**self._headers, "accept": "application/json"})
+        head = self._transport.request_head("POST", f"{self._prefix}/messages/count_tokens",
+                                            {**self._headers, "accept": "application/json"})
         try:
             response = await self._transport.send(head, json.dumps(body).encode())
             try:

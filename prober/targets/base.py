@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Awaitable, Callable
 
 from prober.config import TargetConfig
 from prober.records import ChatRequest, Exchange
@@ -17,8 +18,11 @@ class TargetAdapter(abc.ABC):
         self._api_key = api_key   # never copied into an Exchange, a log line or an error message
 
     @abc.abstractmethod
-    async def send(self, request: ChatRequest, attempt: int = 1) -> Exchange:
-        """Send one request; return what happened. Never raises for endpoint failures."""
+    async def send(self, request: ChatRequest, attempt: int = 1,
+                   before_resend: Callable[[Exchange], Awaitable[None]] | None = None) -> Exchange:
+        """Send one request; return what happened. Never raises for endpoint failures. Where the
+        adapter resends a refused request in a changed shape, it awaits `before_resend(refused)`
+        first: every attempt on the wire is an Exchange the caller can store and charge."""
 
     async def count_tokens(self, request: ChatRequest) -> int | None:
         """Input tokens of a request, where the endpoint can count them; None otherwise."""

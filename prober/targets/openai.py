@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from prober.records import ChatRequest, Exchange
@@ -60,6 +61,7 @@ class OpenAIStreamDecoder(StreamDecoder):
     def __init__(self, exchange: Exchange) -> None:
         super().__init__(exchange)
         self._tools: dict[Any, dict[str, Any]] = {}
+        self._last_tool: dict[str, Any] | None = None
         self._refusal: list[str] = []
         self._reasoning: list[str] = []
         self._logprobs: list[Any] = []
@@ -79,16 +81,16 @@ class OpenAIStreamDecoder(StreamDecoder):
             self._error_event(obj, ns)
             return
         if not self._model_seen:
-            self._model_seen = True
-            ex.response_model = obj.get("model")
-            if ex.request_id is None and isinstance(obj.get("id"), str):
-                ex.request_id = obj["id"]
+            self._take_identity(obj)
         fingerprint = obj.get("system_fingerprint")
         if fingerprint is not None:
             ex.system_fingerprint = fingerprint
         usage = obj.get("usage")
         if usage is not None:
             ex.usage = usage
+            tier = obj.get("service_tier")      # the usage chunk closes the stream: its tier is final
+            if isinstance(tier, str) and tier:
+                ex.service_tier = tier
         if "timings" in obj:
             ex.extra["timings"] = obj["timings"]
         choices = obj.get("choices")
@@ -127,14 +129,31 @@ class OpenAIStreamDecoder(StreamDecoder):
             if logprobs and type(logprobs) is dict and isinstance(logprobs.get("content"), list):
                 self._logprobs.extend(logprobs["content"])
 
+    def _take_identity(self, obj: dict[str, Any]) -> None:
+        """Model, id and service tier from the first chunk that names a model. Azure OpenAI's first
+        chunk carries only prompt_filter_results, with "" for id and model: not an identity."""
+        model = obj.get("model")
+        if not model or type(model) is not str:
+            return
+        self._model_seen = True
+        ex = self.ex
+        ex.response_model = model
+        call_id = obj.get("id")
+        if ex.request_id is None and call_id and isinstance(call_id, str):
+            ex.request_id = call_id
+        tier = obj.get("service_tier")
+        if isinstance(tier, str) and tier:
+            ex.service_tier = tier
+
     def _other_deltas(self, delta: dict[str, Any]) -> int | None:
         """Characters of tool-call, refusal and reasoning content in a delta; None when it has none."""
         chars = 0
         bearing = False
         tool_calls = delta.get("tool_calls")
         if tool_calls and isinstance(tool_calls, list):
-            bearing = True
-            chars += self._tool_deltas(tool_calls)
+            tool_chars, named = self._tool_deltas(tool_calls)
+            chars += tool_chars
+            bearing = bool(tool_chars) or named
         refusal = delta.get("refusal")
         if refusal and isinstance(refusal, str):
             self._refusal.append(refusal)
@@ -147,13 +166,15 @@ class OpenAIStreamDecoder(StreamDecoder):
             bearing = True
         return chars if bearing else None
 
-    def _tool_deltas(self, tool_calls: list[Any]) -> int:
+    def _tool_deltas(self, tool_calls: list[Any]) -> tuple[int, bool]:
+        """Argument characters in these tool-call deltas, and whether one named a function (a
+        delta with neither is empty: not a content chunk)."""
         chars = 0
+        named = False
         for call in tool_calls:
             if not isinstance(call, dict):
                 continue
-            slot = self._tools.setdefault(call.get("index", len(self._tools)),
-                                          {"id": None, "type": "function", "name": None, "args": []})
+            slot = self._tool_slot(call)
             if call.get("id"):
                 slot["id"] = call["id"]
             if call.get("type"):
@@ -162,11 +183,29 @@ class OpenAIStreamDecoder(StreamDecoder):
             if isinstance(function, dict):
                 if function.get("name"):
                     slot["name"] = (slot["name"] or "") + function["name"]
+                    named = True
                 arguments = function.get("arguments")
                 if isinstance(arguments, str) and arguments:
                     slot["args"].append(arguments)
                     chars += len(arguments)
-        return chars
+        return chars, named
+
+    def _tool_slot(self, call: dict[str, Any]) -> dict[str, Any]:
+        """The call a delta continues. Some servers leave `index` out: then a delta with a new id
+        starts a call and one without an id (or with the same id) continues the latest, instead
+        of each delta becoming a call of its own."""
+        index = call.get("index")
+        if index is None:
+            call_id = call.get("id")
+            last = self._last_tool
+            if last is not None and (not call_id or last["id"] in (None, call_id)):
+                return last
+            index = ("unindexed", len(self._tools))
+        slot = self._tools.get(index)
+        if slot is None:
+            slot = self._tools[index] = {"id": None, "type": "function", "name": None, "args": []}
+        self._last_tool = slot
+        return slot
 
     def finish(self) -> None:
         super().finish()
@@ -180,6 +219,13 @@ class OpenAIStreamDecoder(StreamDecoder):
             ex.extra["reasoning"] = "".join(self._reasoning)
         if self._logprobs:
             ex.extra["logprobs"] = self._logprobs
+
+
+# The refusal that asks for the other field ("Unsupported parameter: 'max_tokens' is not supported
+# with this model. Use 'max_completion_tokens' instead."), and not a message that merely names both
+# fields, as vLLM's context-length error does ("'max_tokens' or 'max_completion_tokens' is too
+# large: 4096 ..."): resending that one in the other field would fail the same way.
+_USE_MAX_COMPLETION_TOKENS = re.compile(r"\buse\W{0,3}max_completion_tokens\b", re.IGNORECASE)
 
 
 class OpenAIAdapter(HTTPAdapter):
@@ -198,8 +244,7 @@ class OpenAIAdapter(HTTPAdapter):
 
     def _reshape_after(self, ex: Exchange) -> str | None:
         message = ex.error_message or ""
-        if (ex.status == 400 and self.max_tokens_field == "max_tokens" and "max_tokens" in message
-                and "max_completion_tokens" in message):
+        if ex.status == 400 and self.max_tokens_field == "max_tokens" and _USE_MAX_COMPLETION_TOKENS.search(message):
             self.max_tokens_field = "max_completion_tokens"
             return f"max_tokens rejected, resent as max_completion_tokens: {message}"
         return None
@@ -232,6 +277,8 @@ class OpenAIAdapter(HTTPAdapter):
             ex.request_id = body["id"]
         ex.response_model = body.get("model")
         ex.system_fingerprint = body.get("system_fingerprint")
+        if isinstance(body.get("service_tier"), str):
+            ex.service_tier = body["service_tier"]
         if body.get("usage") is not None:
             ex.usage = body["usage"]
         if "timings" in body:
