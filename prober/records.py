@@ -178,6 +178,9 @@ class Run:
     # results should be distrusted because the client itself was saturated.
     loop_lag: dict[str, Any] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
+    # The process running it renews this while it runs (prober.lease); once it has passed, the run
+    # is stale on whichever host looks.
+    lease_expires_at: dt.datetime | None = None
 
 
 def utcnow() -> dt.datetime:
