@@ -23,7 +23,7 @@ SAMPLE_COLUMNS = [
     "chunk_offsets_ms", "chunk_chars", "error_type", "error_message", "findings", "rejected_params", "extra",
 ]
 RUN_COLUMNS = ["id", "suite", "started_at", "finished_at", "status", "prober_version", "config_hash", "host", "pid",
-               "targets", "loop_lag", "notes"]
+               "targets", "loop_lag", "notes", "lease_expires_at"]
 METRIC_COLUMNS = ["id", "run_id", "target", "probe", "name", "labels", "value", "ci_low", "ci_high", "n", "unit"]
 
 
@@ -52,7 +52,7 @@ def test_new_database_gets_the_whole_schema(store_url):
         assert _indexes(engine, "runs") == {"ix_runs_suite_started_at": ["suite", "started_at"]}
         assert _indexes(engine, "samples") == {"ix_samples_run_id": ["run_id"]}
         assert _indexes(engine, "metrics") == {"ix_metrics_run_id": ["run_id"]}
-        assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial"), (2, "m002_alerts")]
+        assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial"), (2, "m002_alerts"), (3, "m003_run_lease")]
         assert schema_version(engine) == len(MIGRATIONS)
     finally:
         engine.dispose()
