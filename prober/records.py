@@ -28,6 +28,7 @@ ERROR_TYPES = (
     "bad_request",    # 400, 404, 413, 422 and other 4xx not listed here
     "auth",           # 401, 403
     "budget",         # the run's budget was exhausted before this request could be sent
+    "internal",       # prober's own code raised while sending or reading: a bug here, not the endpoint's
 )
 
 # Response headers worth keeping: request ids, rate-limit state, retry hints, server identity.

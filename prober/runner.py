@@ -168,6 +168,9 @@ class Runner:
                 result.status = "failed"
 
         result.samples = sink.count
+        if storage_failed:   # what reached the store, not what was handed to it
+            with contextlib.suppress(Exception):
+                result.samples = store.get_run(run.id)["sample_count"]
         if result.status != "interrupted" and crashed is None and not storage_failed:
             result.metrics = self._summarize(store, run.id, suite, targets, sessions, lag)
             store.write_metrics(result.metrics)
