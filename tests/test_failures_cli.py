@@ -9,7 +9,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -17,7 +16,7 @@ from prober.config import ProberConfig
 from prober.runner import Runner
 from prober.targets.openai import OpenAIStreamDecoder
 from store import Store
-from tests.support.cli import prober
+from tests.support.cli import prober, wait_for_samples
 from tests.support.emulated import emulator_process, ground_truth
 
 FAST = "first_token_delay_ms = 1\ndecode_tokens_per_s = 5000\noutput_tokens = 60\nslots = 16\n"
@@ -176,17 +175,6 @@ def test_emulate_on_a_port_in_use_exits_2(tmp_path):
     assert f"cannot listen on 127.0.0.1:{port}" in line and "in use" in line
 
 
-def _wait_for_samples(db_url, at_least, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with Store.open(db_url) as store:
-            runs = store.list_runs(limit=1)
-        if runs and runs[0].get("sample_count", 0) >= at_least:
-            return runs[0]["id"]
-        time.sleep(0.2)
-    raise AssertionError("the run stored no samples in time")
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_the_whole_process_group_ends_the_run_interrupted_with_every_sample(tmp_path, sig):
     """As `timeout`, systemd and Ctrl-C do: the sample-writer child gets the signal too."""
@@ -198,7 +186,7 @@ def test_a_signal_to_the_whole_process_group_ends_the_run_interrupted_with_every
                                    cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                    start_new_session=True, env=dict(os.environ, COLUMNS="200"))
         db_url = f"sqlite:///{tmp_path}/p.db"
-        run_id = _wait_for_samples(db_url, 5)
+        run_id = wait_for_samples(db_url, 5)
         os.killpg(process.pid, sig)
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 3, stderr

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from store import Store
+from tests.support.cli import wait_for_samples
 from tests.support.emulated import emulator_process
 from tests.support.postgres import create_database
 
@@ -41,17 +42,6 @@ def _status(db_url, run_id):
     return run["status"], run["host"], run["sample_count"], run["notes"]
 
 
-def _wait_for_samples(db_url, at_least, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with Store.open(db_url) as store:
-            runs = store.list_runs(limit=1)
-        if runs and runs[0].get("sample_count", 0) >= at_least:
-            return runs[0]["id"]
-        time.sleep(0.2)
-    raise AssertionError("the run stored no samples in time")
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request, tmp_path):
     if request.param == "sqlite":
@@ -70,7 +60,7 @@ def test_a_killed_run_is_marked_interrupted_from_another_host_once_its_lease_exp
                                    cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                    start_new_session=True)
         try:
-            run_id = _wait_for_samples(db_url, 3)
+            run_id = wait_for_samples(db_url, 3)
             # Alive for three lease lengths: its renewals keep another host from judging it stale.
             time.sleep(3 * LEASE_SECONDS)
             seen = _prober_as("pod-b", tmp_path, "runs", "--config", str(config))
