@@ -16,6 +16,7 @@ from rich.table import Column, Table
 
 from prober.config import load_config
 from prober.errors import ConfigError, ProberError
+from prober.store_access import open_store, require_known_target
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="Black-box conformance and drift prober for LLM APIs.")
@@ -129,12 +130,9 @@ def runs(
 
     Example: prober runs --limit 5
     """
-    from store import Store
-
     cfg = _config(config, db)
-    store = Store.open(cfg.store.url)
+    store = open_store(cfg.store.url, err)
     try:
-        store.mark_stale_runs_interrupted()
         rows = store.list_runs(limit=limit, suite=suite)
     finally:
         store.close()
@@ -159,10 +157,9 @@ def show(
     Example: prober show 3f2a9c
     """
     from prober.records import Metric
-    from store import Store
 
     cfg = _config(config, db)
-    store = Store.open(cfg.store.url)
+    store = open_store(cfg.store.url, err)
     try:
         found = store.get_run(run_id)
         if found is None:
@@ -226,14 +223,14 @@ def report(
     """
     from reports.collect import collect, parse_since
     from reports.render import RENDERERS, write_report
-    from store import Store
 
     if fmt not in RENDERERS:
         raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(RENDERERS)}")
     cfg = _config(config, db)
     start = parse_since(since)
-    store = Store.open(cfg.store.url)
+    store = open_store(cfg.store.url, err)
     try:
+        require_known_target(store, cfg, target)
         collected = collect(store, cfg.slo, start, target)
     finally:
         store.close()
@@ -261,12 +258,11 @@ def history(
     """
     from reports.collect import parse_since
     from reports.history import metric_over_time, parse_label_filters
-    from store import Store
 
     cfg = _config(config, db)
     wanted = parse_label_filters(labels or [])
     start = parse_since(since)
-    store = Store.open(cfg.store.url)
+    store = open_store(cfg.store.url, err)
     try:
         rows = metric_over_time(store, metric, target=target, suite=suite, labels=wanted, since=start)
     finally:
@@ -301,13 +297,12 @@ def export(
     from reports.collect import parse_since
     from reports.export import TABLE_FORMATS, export_tables
     from reports.prometheus import describe, exposition
-    from store import Store
 
     if fmt not in (*TABLE_FORMATS, "prometheus"):
         raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(TABLE_FORMATS)}, prometheus")
     cfg = _config(config, db)
     start = parse_since(since)
-    store = Store.open(cfg.store.url)
+    store = open_store(cfg.store.url, err)
     try:
         if run_id is not None:
             found = store.get_run(run_id)
@@ -380,7 +375,10 @@ def emulate(
     """
     from prober.emulator import serve
 
-    serve(host, port, str(scenario) if scenario else None)
+    try:
+        serve(host, port, str(scenario) if scenario else None)
+    except OSError as exc:
+        raise ConfigError(f"prober emulate: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 @local_app.command("start")
@@ -450,7 +448,7 @@ def main() -> None:
         code = app(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except ProberError as exc:
-        err.print(f"error: {escape(str(exc))}")
+        err.print(f"error: {escape(str(exc))}", soft_wrap=True)   # one line, however long
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
@@ -460,6 +458,12 @@ def main() -> None:
     except ClickException as exc:  # usage errors arrive here with standalone_mode=False
         exc.show()
         sys.exit(2)
+    except Exception as exc:   # the store, the file system, or a bug: still one line (prober.failures)
+        from prober.failures import describe
+
+        line, code = describe(exc)
+        err.print(f"error: {escape(line)}", soft_wrap=True)
+        sys.exit(code)
 
 
 if __name__ == "__main__":

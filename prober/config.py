@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from prober.errors import ConfigError
+from prober.urls import check_base_url
 from prober.tomlfile import read_toml, validation_error
 
 DEFAULT_CONFIG_NAME = "prober.toml"
@@ -70,6 +71,11 @@ class TargetConfig(_Strict):
                                  f"not in headers.{key}")
         return headers
 
+    @field_validator("base_url")
+    @classmethod
+    def _usable_url(cls, url: str | None) -> str | None:
+        return None if url is None else check_base_url(url)
+
     @model_validator(mode="after")
     def _needs_url(self) -> "TargetConfig":
         if self.emulator is None and not self.base_url:
@@ -107,6 +113,8 @@ class RunnerConfig(_Strict):
     max_output_chars: int = Field(65536, ge=0, description="output text stored per sample")
     conformance: Literal["all", "off"] = "all"
     progress: bool = True
+    lease_seconds: float = Field(600.0, ge=1, description="a running run renews its lease every tenth of "
+                                 "this; a run whose lease expired is marked interrupted (prober.lease)")
 
 
 class StoreConfig(_Strict):

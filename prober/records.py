@@ -28,6 +28,7 @@ ERROR_TYPES = (
     "bad_request",    # 400, 404, 413, 422 and other 4xx not listed here
     "auth",           # 401, 403
     "budget",         # the run's budget was exhausted before this request could be sent
+    "internal",       # prober's own code raised while sending or reading: a bug here, not the endpoint's
 )
 
 # Response headers worth keeping: request ids, rate-limit state, retry hints, server identity.
@@ -181,6 +182,9 @@ class Run:
     # results should be distrusted because the client itself was saturated.
     loop_lag: dict[str, Any] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
+    # The process running it renews this while it runs (prober.lease); once it has passed, the run
+    # is stale on whichever host looks.
+    lease_expires_at: dt.datetime | None = None
 
 
 def utcnow() -> dt.datetime:

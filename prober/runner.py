@@ -24,11 +24,13 @@ import prober
 from prober.budget import BudgetExhausted, RunBudget
 from prober.config import ProberConfig, TargetConfig
 from prober.errors import ConfigError
+from prober.lease import RunLease, lease_until
 from prober.looplag import LoopLagMonitor
 from prober.progress import RunProgress
 from prober.records import Metric, Run, utcnow
 from prober.session import TargetGate, TargetSession
-from prober.sink import SampleSink
+from prober.sink import SampleSink, SinkError
+from prober.store_access import open_store
 from prober.targets import make_adapter
 from prober.transport import unreachable_reason
 from reports.alerts import Evaluation, evaluate_run, make_sinks
@@ -89,11 +91,8 @@ class Runner:
             overrides: dict[str, Any] | None = None) -> RunResult:
         suite, targets, keys = prepare(self.config, suite_name, target_names, overrides)
         sinks = make_sinks(self.config)   # an unset URL or secret variable is a usage error, before any request
-        store = Store.open(self.config.store.url)
+        store = open_store(self.config.store.url, self.console)
         try:
-            for stale in store.mark_stale_runs_interrupted():
-                self.console.print(f"run {stale} was left running by a process that is gone: marked interrupted",
-                                   markup=False)
             with quiet_garbage_collector():
                 result = asyncio.run(self._main(store, suite, targets, keys))
             if result.status == "complete":
@@ -108,8 +107,10 @@ class Runner:
                     keys: dict[str, str | None]) -> RunResult:
         run = Run(id=uuid.uuid4().hex[:12], suite=suite.name, started_at=utcnow(),
                   prober_version=prober.__version__, config_hash=self.config.hash(),
-                  host=socket.gethostname(), pid=os.getpid(), targets=[t.name for t in targets])
+                  host=socket.gethostname(), pid=os.getpid(), targets=[t.name for t in targets],
+                  lease_expires_at=lease_until(self.config.runner.lease_seconds))
         store.create_run(run)
+        lease = RunLease.start(store, run.id, self.config.runner.lease_seconds, self.console)
         result = RunResult(run_id=run.id, status="running", exit_code=EXIT_OK)
         self.console.print(f"run {run.id}: suite {suite.name} against {', '.join(run.targets)}", markup=False)
 
@@ -134,6 +135,7 @@ class Runner:
         counter = itertools.count()
         sessions: list[TargetSession] = []
         crashed: Exception | None = None
+        storage_failed = False
         try:
             with RunProgress(self.console, self.config.runner.progress) as progress:
                 for target in targets:
@@ -157,10 +159,19 @@ class Runner:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             await lag.stop()
-            sink.flush()
+            try:
+                sink.flush()
+            except SinkError as exc:
+                # The disk is full, the database went away: what was stored stays, the run failed.
+                storage_failed = True
+                result.problems.append(f"samples could not be stored: {exc}")
+                result.status = "failed"
 
         result.samples = sink.count
-        if result.status != "interrupted" and crashed is None:
+        if storage_failed:   # what reached the store, not what was handed to it
+            with contextlib.suppress(Exception):
+                result.samples = store.get_run(run.id)["sample_count"]
+        if result.status != "interrupted" and crashed is None and not storage_failed:
             result.metrics = self._summarize(store, run.id, suite, targets, sessions, lag)
             store.write_metrics(result.metrics)
             self._check_error_ceiling(store, run.id, result)
@@ -168,7 +179,9 @@ class Runner:
             result.status = "failed" if result.problems else "complete"
         if result.problems:
             result.exit_code = EXIT_INCOMPLETE
-        sink.close()
+        with contextlib.suppress(SinkError):   # a loss was reported by the flush above
+            sink.close()
+        lease.stop()
         store.finish_run(run.id, result.status, utcnow(), loop_lag=lag.summary(),
                          notes={"problems": result.problems, "attempts": budget.requests,
                                 "tokens": budget.tokens})

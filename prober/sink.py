@@ -84,9 +84,11 @@ class SampleSink:
 
 def _sink_main(store_url: str, max_output_chars: int | None, conformance: bool,
                inbox: multiprocessing.Queue, replies: multiprocessing.Queue, parent_pid: int) -> None:
-    # Ctrl-C reaches the whole process group; the parent decides when the run stops, and then
-    # closes the sink, which still has samples to write.
+    # Ctrl-C, `timeout` and systemd signal the whole process group; the parent decides when the
+    # run stops, and then closes the sink, which still has samples to write. Should the parent
+    # die instead, the loop below notices and stops after storing what arrived.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     from prober.targets.conformance import check_exchange, prepare
     from store import Store
 

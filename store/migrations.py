@@ -178,11 +178,18 @@ def _m003_sample_service_tier(conn: sa.Connection) -> None:
     add_column(conn, "samples", sa.Column("service_tier", sa.Text))
 
 
+def _m004_run_lease(conn: sa.Connection) -> None:
+    # Until when a running run's process has promised to be alive (it renews this while it runs):
+    # past it, any host may mark the run interrupted. NULL on runs from before this column.
+    add_column(conn, "runs", sa.Column("lease_expires_at", UTCDateTime))
+
+
 # Append new migrations here; never edit or reorder the ones above.
 MIGRATIONS: list[Migration] = [
     _m001_initial,
     _m002_alerts,
     _m003_sample_service_tier,
+    _m004_run_lease,
 ]
 
 

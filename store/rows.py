@@ -84,6 +84,7 @@ def run_row(run: Run) -> dict[str, Any]:
         "targets": run.targets,
         "loop_lag": run.loop_lag,
         "notes": run.notes,
+        "lease_expires_at": run.lease_expires_at,
     }
 
 

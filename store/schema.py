@@ -32,6 +32,7 @@ runs = sa.Table(
     sa.Column("targets", JSONColumn()),
     sa.Column("loop_lag", JSONColumn()),
     sa.Column("notes", JSONColumn()),
+    sa.Column("lease_expires_at", UTCDateTime),
     sa.Index("ix_runs_suite_started_at", "suite", "started_at"),
 )
 

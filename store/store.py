@@ -110,26 +110,51 @@ class Store:
         if write_transaction(self._engine, work) == 0:
             raise ValueError(f"unknown run id {run_id!r}")
 
-    def mark_stale_runs_interrupted(self) -> list[str]:
-        """Runs left 'running' by a process of this host that is gone become 'interrupted'; their ids.
+    def renew_lease(self, run_id: str, expires_at: dt.datetime) -> bool:
+        """Extend a running run's lease; False if the run is no longer running (someone judged it
+        stale, or it finished): a lease never brings a run back."""
+        def work(conn: sa.Connection) -> int:
+            return conn.execute(runs.update().where(runs.c.id == run_id, runs.c.status == "running")
+                                .values(lease_expires_at=expires_at)).rowcount
 
-        "This host" is `socket.gethostname()`, which is what a Run's `host` must hold.
+        return write_transaction(self._engine, work) == 1
+
+    def mark_stale_runs_interrupted(self) -> list[str]:
+        """Runs left 'running' by a process that is gone become 'interrupted'; their ids.
+
+        Gone means: its lease has expired (any host: containers get a new hostname every start), or
+        it ran on this host (`socket.gethostname()`, as a Run's `host` holds) and its pid is dead.
         """
         host = socket.gethostname()
+        now = utcnow()
         with self._engine.connect() as conn:
             candidates = conn.execute(
-                sa.select(runs.c.id, runs.c.pid, runs.c.started_at)
-                .where(runs.c.status == "running", runs.c.host == host)).all()
-        stale = [row.id for row in candidates if not _process_alive(row.pid, row.started_at)]
+                sa.select(runs.c.id, runs.c.host, runs.c.pid, runs.c.started_at, runs.c.lease_expires_at)
+                .where(runs.c.status == "running")).all()
+        stale = {}
+        for row in candidates:
+            if row.lease_expires_at is not None and row.lease_expires_at < now:
+                stale[row.id] = (row.lease_expires_at, f"lease expired at {row.lease_expires_at.isoformat()}")
+            elif row.host == host and not _process_alive(row.pid, row.started_at):
+                stale[row.id] = (row.lease_expires_at, f"process {row.pid} on {host} is gone")
 
         def work(conn: sa.Connection, run_id: str) -> bool:
-            notes = {**(_current_notes(conn, run_id) or {}), "interrupted_detected_at": utcnow().isoformat()}
+            lease, reason = stale[run_id]
+            notes = {**(_current_notes(conn, run_id) or {}), "interrupted_detected_at": utcnow().isoformat(),
+                     "interrupted_because": reason}
+            # Only if the lease is still the one judged: a run that renewed it meanwhile is alive.
             updated = conn.execute(runs.update()
-                                   .where(runs.c.id == run_id, runs.c.status == "running")
+                                   .where(runs.c.id == run_id, runs.c.status == "running",
+                                          runs.c.lease_expires_at.is_not_distinct_from(lease))
                                    .values(status="interrupted", notes=notes))
             return updated.rowcount == 1
 
         return [run_id for run_id in stale if write_transaction(self._engine, work, run_id)]
+
+    def target_names(self) -> set[str]:
+        """Every target name some run of this store was started against."""
+        with self._engine.connect() as conn:
+            return {name for listed in conn.execute(sa.select(runs.c.targets)).scalars() for name in listed or []}
 
     def list_runs(self, limit: int = 20, suite: str | None = None, target: str | None = None) -> list[dict[str, Any]]:
         """Newest first, each with `sample_count` and `error_count` (samples with an error type).

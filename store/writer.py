@@ -37,7 +37,10 @@ class SampleWriteError(RuntimeError):
         self.lost = lost
         self.errors = errors
         first = errors[0] if errors else None
-        detail = f": {type(first).__name__}: {first}" if first is not None else ""
+        # A driver error's own text, not SQLAlchemy's, which appends the statement and every
+        # parameter (the sample's contents) over dozens of lines.
+        cause = first.orig if isinstance(first, sa.exc.DBAPIError) else first
+        detail = f": {type(cause).__name__}: {str(cause).strip()}" if cause is not None else ""
         super().__init__(f"{lost} sample(s) could not be stored{detail}")
 
 

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from prober.errors import ConfigError
 from prober.tomlfile import read_toml, validation_error
 from probes.base import Probe, ProbeParams, get_probe
+from suites.overrides import ParamOverrides, command_line_error
 
 BUILTIN_DIR = Path(__file__).parent
 _SUITE_KEYS = {"description", "include", "probes"}
@@ -53,17 +54,19 @@ def available_suites(user_paths: list[str]) -> dict[str, Path]:
 def load_suite(name: str, user_paths: list[str], overrides: dict[str, Any] | None = None) -> Suite:
     """Resolve a suite and its includes into a flat list of (probe, validated params).
 
-    `overrides` are parameter values applied to every entry whose probe accepts them (used by
-    `prober run --param key=value`).
+    `overrides` are `prober run --param` values: KEY for every entry whose probe accepts it,
+    PROBE.KEY for that probe's entries only (suites.overrides); a key no entry takes is an error.
     """
     suites = available_suites(user_paths)
     entries: list[SuiteEntry] = []
-    description = _resolve(name, suites, entries, stack=[], overrides=overrides or {})
+    from_command_line = ParamOverrides(overrides)
+    description = _resolve(name, suites, entries, stack=[], overrides=from_command_line)
+    from_command_line.check_all_used(name, (entry.probe for entry in entries))
     return Suite(name=name, description=description, path=suites[name], entries=entries)
 
 
 def _resolve(name: str, suites: dict[str, Path], entries: list[SuiteEntry], stack: list[str],
-             overrides: dict[str, Any]) -> str:
+             overrides: ParamOverrides) -> str:
     if name not in suites:
         known = ", ".join(suites) or "none"
         where = f"{suites[stack[-1]]}: include: " if stack else ""
@@ -95,13 +98,14 @@ def _resolve(name: str, suites: dict[str, Path], entries: list[SuiteEntry], stac
         except KeyError as exc:
             raise ConfigError(f"{where}.probe: {exc.args[0]}") from None
         params_raw = dict(raw.get("params", {}))
-        from_command_line = {key for key in overrides if key in probe.Params.model_fields}
-        params_raw.update({key: overrides[key] for key in from_command_line})
+        spelled = overrides.for_probe(probe)
+        params_raw.update(overrides.values(spelled))
         # Parameters naming files resolve relative paths against the suite file (see the context users).
-        context = {"suite_dir": path.parent, "from_command_line": from_command_line}
+        context = {"suite_dir": path.parent, "from_command_line": set(spelled)}
         try:
             params = probe.Params.model_validate(params_raw, context=context)
         except ValidationError as exc:
-            raise validation_error(str(path), exc, prefix=f"probes[{index}].params.") from None
+            raise (command_line_error(exc, spelled)
+                   or validation_error(str(path), exc, prefix=f"probes[{index}].params.")) from None
         entries.append(SuiteEntry(suite=name, probe=probe, params=params))
     return str(data.get("description", ""))

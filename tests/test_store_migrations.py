@@ -24,7 +24,7 @@ SAMPLE_COLUMNS = [
     "service_tier",
 ]
 RUN_COLUMNS = ["id", "suite", "started_at", "finished_at", "status", "prober_version", "config_hash", "host", "pid",
-               "targets", "loop_lag", "notes"]
+               "targets", "loop_lag", "notes", "lease_expires_at"]
 METRIC_COLUMNS = ["id", "run_id", "target", "probe", "name", "labels", "value", "ci_low", "ci_high", "n", "unit"]
 
 
@@ -54,7 +54,7 @@ def test_new_database_gets_the_whole_schema(store_url):
         assert _indexes(engine, "samples") == {"ix_samples_run_id": ["run_id"]}
         assert _indexes(engine, "metrics") == {"ix_metrics_run_id": ["run_id"]}
         assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial"), (2, "m002_alerts"),
-                                                               (3, "m003_sample_service_tier")]
+                                                               (3, "m003_sample_service_tier"), (4, "m004_run_lease")]
         assert schema_version(engine) == len(MIGRATIONS)
     finally:
         engine.dispose()

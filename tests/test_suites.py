@@ -21,8 +21,41 @@ def test_user_suite_shadows_builtin_and_includes(tmp_path):
 
 
 def test_overrides_apply_to_probes_that_accept_them(tmp_path):
-    suite = load_suite("latency", [], overrides={"levels": [2, 1], "unrelated": 5})
+    suite = load_suite("latency", [], overrides={"levels": [2, 1]})
     assert suite.entries[0].params.levels == [1, 2]
+
+
+def test_an_override_no_probe_accepts_is_an_error_listing_the_accepted_keys():
+    with pytest.raises(ConfigError) as info:
+        load_suite("latency", [], overrides={"levels": [2], "nosuch": 1})
+    message = str(info.value)
+    assert message.startswith("command line: --param nosuch: ")
+    assert "levels" in message and "requests_per_level" in message
+
+
+def test_probe_dot_key_aims_an_override_at_one_probe_of_a_composite_suite():
+    plain = {e.probe.name: e.params for e in load_suite("nightly", []).entries}
+    aimed = {e.probe.name: e.params for e in load_suite("nightly", [], overrides={"latency.levels": [1, 4]}).entries}
+    assert aimed["latency"].levels == [1, 4] != plain["latency"].levels
+    # divergence also has `levels`-like concurrency settings; nothing but latency changed
+    assert {name: p for name, p in aimed.items() if name != "latency"} == \
+        {name: p for name, p in plain.items() if name != "latency"}
+    # PROBE.KEY wins over a bare KEY given alongside
+    both = load_suite("latency", [], overrides={"levels": [2], "latency.levels": [3]})
+    assert both.entries[0].params.levels == [3]
+
+
+@pytest.mark.parametrize("overrides,fragment", [
+    ({"nosuch.levels": [1]}, "command line: --param nosuch.levels: suite nightly has no probe 'nosuch'"),
+    ({"latency.nosuch": 1}, "command line: --param latency.nosuch: probe latency has no parameter 'nosuch'"),
+    ({"latency.levels": [0]}, "command line: --param latency.levels: "),
+    ({"nosuch": 1}, "command line: --param nosuch: no probe of suite nightly accepts"),
+])
+def test_override_errors_name_the_command_line_not_the_suite_file(overrides, fragment):
+    with pytest.raises(ConfigError) as info:
+        load_suite("nightly", [], overrides=overrides)
+    assert fragment in str(info.value)
+    assert ".toml" not in str(info.value)
 
 
 @pytest.mark.parametrize("text,fragment", [

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import json.scanner
 import re
+import traceback
 from time import perf_counter_ns
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
@@ -275,6 +276,8 @@ class HTTPAdapter(TargetAdapter):
         except Exception as exc:
             if ex.error_type is None:
                 ex.error_type, ex.error_message = classify_error(exc=exc)
+                if ex.error_type == "internal":   # kept with the sample for the bug report
+                    ex.extra["traceback"] = "".join(traceback.format_exception(exc))
             if ex.end_ns is None:
                 ex.end_ns = perf_counter_ns()
         finally:

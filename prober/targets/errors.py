@@ -108,5 +108,7 @@ def _classify_exception(exc: BaseException) -> tuple[str, str]:
         return "connection", f"{type(exc).__name__}: {message}"
     if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)):
         return "protocol", f"undecodable JSON: {message}"
-    # Anything else came from a response we could not make sense of (a wrong shape, a bad value).
-    return "protocol", f"{type(exc).__name__}: {message}"
+    # Anything else escaped prober's own code: decoders check shapes and values and record what is
+    # wrong as a protocol error, so an exception here is a bug of ours, never the endpoint's fault
+    # (and not retried as if it were: records.ERROR_TYPES, retry.RETRYABLE).
+    return "internal", f"{type(exc).__name__}: {message}"

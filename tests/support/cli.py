@@ -39,3 +39,19 @@ def run_suite_on_local(tmp_path: Path, port: int, suite: str, *params: str, prot
         store.close()
     assert [r for r in rows if r["error_type"]] == []
     return rows, metrics
+
+
+def wait_for_samples(db_url: str, at_least: int, timeout: float = 60.0) -> str:
+    """The id of the newest run once it has `at_least` stored samples (a run going on in another process)."""
+    import time
+
+    from store import Store
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with Store.open(db_url) as store:
+            runs = store.list_runs(limit=1)
+        if runs and runs[0].get("sample_count", 0) >= at_least:
+            return runs[0]["id"]
+        time.sleep(0.2)
+    raise AssertionError("the run stored no samples in time")
