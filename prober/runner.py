@@ -185,8 +185,11 @@ class Runner:
         result.problems += [f"target {name}: {reason}" for name, (status, reason) in result.targets.items()
                             if status == "failed"]
         for target in targets:
-            # The target that was running when the run stopped, and those that never started.
-            result.targets.setdefault(target.name, (result.status, stopped_by))
+            # A stopped run summarizes nothing, so no target of it completed (those that failed
+            # keep their reason); otherwise only those that never ran take the run's status.
+            status = result.targets.get(target.name, ("never ran", None))[0]
+            if status == "never ran" or (stopped_by is not None and status != "failed"):
+                result.targets[target.name] = (result.status, stopped_by)
             store.finish_target(run.id, target.name, *result.targets[target.name])
         if result.status == "running":
             result.status = "failed" if result.problems else "complete"
