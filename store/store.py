@@ -153,12 +153,12 @@ class Store:
             .values(status=status, reason=reason)))
 
     def run_entries(self, run_id: str, target: str | None = None) -> list[dict[str, Any]]:
-        """What each suite entry measured per target (entry, probe, probe_version, params), in entry order."""
+        """What each suite entry measured per target (entry, probe, probe_version, params), by target and entry id."""
         query = sa.select(run_entries).where(run_entries.c.run_id == run_id)
         if target is not None:
             query = query.where(run_entries.c.target == target)
         with self._engine.connect() as conn:
-            return [dict(row._mapping) for row in conn.execute(query.order_by(run_entries.c.target))]
+            return [dict(row._mapping) for row in conn.execute(query.order_by(run_entries.c.target, run_entries.c.entry))]
 
     def list_runs(self, limit: int = 20, suite: str | None = None, target: str | None = None) -> list[dict[str, Any]]:
         """Newest first, each with `sample_count`, `error_count` (samples with an error type) and
