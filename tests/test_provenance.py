@@ -139,3 +139,37 @@ def test_two_entries_of_one_probe_are_kept_apart(tmp_path):
         assert by_entry[("twice.latency", "ttft_p50_ms")]["n"] == 3
         assert by_entry[("twice.latency#2", "ttft_p50_ms")]["n"] == 5
         assert [e["entry"] for e in store.run_entries(run_id)] == ["twice.latency", "twice.latency#2"]
+
+
+def test_a_version_2_database_keeps_its_runs_and_they_reset_the_baseline(tmp_path):
+    from reports.baseline import select_baselines
+    from store import migrate
+    from store.engine import open_engine
+    from store.rows import run_row
+    from store.schema import runs
+    from tests.test_store_roundtrip import make_run
+
+    url = f"sqlite:///{tmp_path}/old.db"
+    engine = open_engine(url)
+    try:
+        migrate(engine, upto=2)
+        with engine.begin() as conn:   # a run from before provenance was stored
+            conn.execute(runs.insert().values(run_row(make_run("old", status="complete"))))
+    finally:
+        engine.dispose()
+
+    entry = {"entry": "latency.latency", "probe": "latency", "probe_version": 1,
+             "params": {"levels": [1], "requests_per_level": 4}}
+    with Store.open(url) as store:
+        old = store.get_run("old")
+        assert old["target_status"] == {} and old["status"] == "complete"
+        for run_id, version in (("v1", 1), ("v2", 2)):
+            store.create_run(make_run(run_id))
+            store.start_target(run_id, "emu", "hash", [{**entry, "probe_version": version}])
+            store.finish_target(run_id, "emu", "complete")
+        v1 = select_baselines(store, store.get_run("v1"), "emu", 7)["latency.latency"]
+        assert v1.runs == []
+        assert v1.reset == "baseline reset: emu latency.latency: earlier runs recorded no parameters or probe version"
+        v2 = select_baselines(store, store.get_run("v2"), "emu", 7)["latency.latency"]
+        assert v2.runs == []
+        assert v2.reset == "baseline reset: emu latency.latency: latency probe version 1 -> 2"
