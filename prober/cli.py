@@ -250,7 +250,7 @@ def report(
     start = parse_since(since)
     store = Store.open(cfg.store.url)
     try:
-        collected = collect(store, cfg.slo, start, target)
+        collected = collect(store, cfg.slo, start, target, cfg.drift)
     finally:
         store.close()
     path = write_report(collected, fmt, out_dir)

@@ -179,8 +179,9 @@ class Runner:
         stopped_by = result.problems[0] if result.problems else None   # a signal or a bug
         if result.status != "interrupted" and crashed is None:
             self._check_error_ceilings(store, run.id, result)
-            completed = [t for t in targets if result.targets[t.name][0] == "complete"]
-            result.metrics = self._summarize(store, run.id, suite, completed, sessions, lag)
+            # A failed target's partial samples are summarized too, for `prober show`; only the
+            # targets that completed are judged (reports/alerts.py, reports/drift.py).
+            result.metrics = self._summarize(store, run.id, suite, targets, sessions, lag)
             store.write_metrics(result.metrics)
         result.problems += [f"target {name}: {reason}" for name, (status, reason) in result.targets.items()
                             if status == "failed"]
@@ -240,7 +241,7 @@ class Runner:
 
     def _summarize(self, store: Store, run_id: str, suite: Suite, targets: list[TargetConfig],
                    sessions: list[TargetSession], lag: LoopLagMonitor) -> list[Metric]:
-        """Metrics of the given (completed) targets, each stamped with its suite entry."""
+        """Metrics of the given targets, each stamped with its suite entry."""
         metrics: list[Metric] = []
         for target in targets:
             for entry in suite.entries:

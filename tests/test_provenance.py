@@ -92,6 +92,11 @@ def test_a_closed_port_fails_alone_and_the_emulator_target_is_judged(tmp_path):
     assert "slo ttft_ok on emu: held: " in shown.stdout
     assert "slo ttft_at_17 on emu: no data: matched no metric" in shown.stdout
     assert "emu: SLOs: 1 held, 0 broken, 1 no data" in shown.stdout
+    report = prober("report", "--format", "md", "--out", str(tmp_path / "report"), "--config", config, cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    markdown = open(report.stdout.strip().splitlines()[-1], encoding="utf-8").read()
+    assert "- target emu: complete (target config " in markdown
+    assert "latency.latency: latency probe v1, params " in markdown
 
 
 def test_runs_with_different_params_never_share_a_baseline(tmp_path):
