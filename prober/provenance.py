@@ -4,18 +4,15 @@ that a drift baseline can take only comparable runs (reports/baseline.py)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
-from prober.config import TargetConfig
+from prober.config import TargetConfig, model_hash
 from suites.loader import Suite
 
 
 def target_config_hash(target: TargetConfig) -> str:
     """A stable hash of one target's configuration (the key's variable name, never the key)."""
-    blob = json.dumps(target.model_dump(mode="json"), sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return model_hash(target)
 
 
 def entry_records(suite: Suite) -> list[dict[str, Any]]:
