@@ -37,7 +37,10 @@ DbOption = Annotated[Optional[str], typer.Option("--db", help="store URL, overri
 
 
 def _config(path: Path | None, db: str | None = None):
+    from reports.slo_rules import check_rules_known
+
     config = load_config(path)
+    check_rules_known(config.slo, config.source)
     if db:
         config.store.url = db
     return config
@@ -84,6 +87,12 @@ def run(
 
         for line in describe(result.alerts):
             out.print(escape(line))
+    from reports.run_lines import target_lines
+
+    for line in result.warnings:
+        err.print(escape(line))
+    for line in target_lines(result.targets, result.slo_states):
+        out.print(escape(line))
     err.print(f"{result.samples} samples stored in {escape(cfg.store.url)}; run id {result.run_id}")
     raise typer.Exit(result.exit_code)
 
@@ -136,13 +145,14 @@ def runs(
         rows = store.list_runs(limit=limit, suite=suite)
     finally:
         store.close()
+    from reports.run_lines import target_status_text
+
     table = Table("suite", "started (UTC)", "status", "targets", "samples", "errors")
     table.columns.insert(0, Column("run", no_wrap=True))
     table.columns[1].no_wrap = table.columns[2].no_wrap = True
     for r in rows:
         table.add_row(r["id"], escape(r["suite"]), r["started_at"].strftime("%Y-%m-%d %H:%M:%S"), r["status"],
-                      escape(", ".join(r.get("targets") or [])), str(r.get("sample_count", 0)),
-                      str(r.get("error_count", 0)))
+                      escape(target_status_text(r)), str(r.get("sample_count", 0)), str(r.get("error_count", 0)))
     out.print(table)
 
 
@@ -152,11 +162,13 @@ def show(
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
-    """Show a run's metrics as a table.
+    """Show a run: each target's status (and why it failed), what each suite entry measured
+    (probe version, effective parameters), its metrics, and the state of every SLO rule.
 
     Example: prober show 3f2a9c
     """
     from prober.records import Metric
+    from reports.run_lines import provenance_lines, rule_state_lines
 
     cfg = _config(config, db)
     store = open_store(cfg.store.url, err)
@@ -165,11 +177,16 @@ def show(
         if found is None:
             raise ConfigError(f"no run with id {run_id!r} in {cfg.store.url}")
         rows = store.metrics(found["id"])
+        entries = store.run_entries(found["id"])
     finally:
         store.close()
     metrics = [Metric(**{k: r[k] for k in ("run_id", "target", "probe", "name", "value", "labels", "ci_low",
                                            "ci_high", "n", "unit")}) for r in rows]
+    for line in provenance_lines(found, entries):
+        out.print(escape(line), soft_wrap=True)
     _print_metrics(metrics, title=f"run {found['id']}: {found['suite']} ({found['status']})")
+    for line in rule_state_lines(found, entries, rows, cfg.slo):
+        out.print(escape(line), soft_wrap=True)
 
 
 def _fmt(value: float | None) -> str:
@@ -231,7 +248,7 @@ def report(
     store = open_store(cfg.store.url, err)
     try:
         require_known_target(store, cfg, target)
-        collected = collect(store, cfg.slo, start, target)
+        collected = collect(store, cfg.slo, start, target, cfg.drift)
     finally:
         store.close()
     path = write_report(collected, fmt, out_dir)

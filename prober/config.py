@@ -243,8 +243,13 @@ class ProberConfig(_Strict):
 
     def hash(self) -> str:
         """A stable hash of the effective configuration, stored with each run."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return model_hash(self)
+
+
+def model_hash(model: BaseModel) -> str:
+    """A stable short hash of a configuration model (secrets are never in it: only variable names)."""
+    blob = json.dumps(model.model_dump(mode="json"), sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def default_config() -> ProberConfig:

@@ -147,6 +147,7 @@ class Sample:
     # logical request within a run; `final` marks the attempt whose outcome counts.
     request_index: int = 0
     final: bool = True
+    entry: str | None = None   # the suite entry that sent it (two entries of one probe stay apart)
 
 
 @dataclass
@@ -161,6 +162,7 @@ class Metric:
     ci_high: float | None = None
     n: int | None = None
     unit: str | None = None
+    entry: str | None = None
 
 
 RunStatus = Literal["running", "complete", "interrupted", "failed"]

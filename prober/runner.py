@@ -1,14 +1,20 @@
 """Run a suite: expand it over targets, sample each, store everything, summarize into metrics.
 
-Exit codes (DESIGN.md): 0 all held; 1 an SLO broke or drift was detected (reports/alerts.py,
-after a complete run); 3 the run could not complete (endpoint unreachable, error rate over the ceiling, budget
-exhausted, interrupted). Configuration errors (2) are raised before anything is sent.
+Each target runs and fails on its own: a target that cannot complete (unreachable, error rate over
+the ceiling, budget exhausted) is recorded as failed with its reason, and every other target is
+still summarized and judged (SLO rules, drift).
+
+Exit codes (DESIGN.md): 0 all held; 1 an SLO broke or drift was detected (reports/alerts.py);
+3 some target could not complete, or the run was interrupted (after the other targets' alerts
+went out). Configuration errors (2) are raised before anything is sent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import dataclasses
 import gc
 import itertools
 import os
@@ -27,6 +33,7 @@ from prober.errors import ConfigError
 from prober.lease import RunLease, lease_until
 from prober.looplag import LoopLagMonitor
 from prober.progress import RunProgress
+from prober.provenance import entry_records, target_config_hash
 from prober.records import Metric, Run, utcnow
 from prober.session import TargetGate, TargetSession
 from prober.sink import SampleSink, SinkError
@@ -34,6 +41,8 @@ from prober.store_access import open_store
 from prober.targets import make_adapter
 from prober.transport import unreachable_reason
 from reports.alerts import Evaluation, evaluate_run, make_sinks
+from reports.drift import baseline_resets
+from reports.slo_rules import RuleState, check_rules_known, rule_states, unmatched_warnings
 from store import Store
 from suites.loader import Suite, load_suite
 
@@ -48,12 +57,17 @@ class RunResult:
     metrics: list[Metric] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     samples: int = 0
-    alerts: Evaluation | None = None   # SLO and drift alerts of a complete run
+    alerts: Evaluation | None = None   # SLO and drift alerts of the targets that completed
+    # Per target, in run order: (status, reason); reason says why a target did not complete.
+    targets: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    slo_states: dict[str, list[RuleState]] = field(default_factory=dict)   # per completed target
+    warnings: list[str] = field(default_factory=list)   # rules that matched nothing, baseline resets
 
 
 def prepare(config: ProberConfig, suite_name: str, target_names: list[str] | None,
             overrides: dict[str, Any] | None = None) -> tuple[Suite, list[TargetConfig], dict[str, str | None]]:
     """Everything that can fail as a usage error, checked before the first request is sent."""
+    check_rules_known(config.slo, config.source)
     suite = load_suite(suite_name, config.suite_paths, overrides)
     names = target_names or list(config.targets)
     if not names:
@@ -95,10 +109,11 @@ class Runner:
         try:
             with quiet_garbage_collector():
                 result = asyncio.run(self._main(store, suite, targets, keys))
-            if result.status == "complete":
+            if result.status != "interrupted" and any(s == "complete" for s, _ in result.targets.values()):
                 result.alerts = evaluate_run(store, self.config, result.run_id, sinks)
                 if result.alerts.firing and result.exit_code == EXIT_OK:
                     result.exit_code = EXIT_ALERT
+                self._report_slos(store, suite, result)
             return result
         finally:
             store.close()
@@ -111,6 +126,9 @@ class Runner:
                   lease_expires_at=lease_until(self.config.runner.lease_seconds))
         store.create_run(run)
         lease = RunLease.start(store, run.id, self.config.runner.lease_seconds, self.console)
+        entries = entry_records(suite)
+        for target in targets:
+            store.start_target(run.id, target.name, target_config_hash(target), entries)
         result = RunResult(run_id=run.id, status="running", exit_code=EXIT_OK)
         self.console.print(f"run {run.id}: suite {suite.name} against {', '.join(run.targets)}", markup=False)
 
@@ -139,16 +157,14 @@ class Runner:
         try:
             with RunProgress(self.console, self.config.runner.progress) as progress:
                 for target in targets:
-                    await self._run_target(run, suite, target, keys[target.name], budget, sink, progress,
-                                           counter, sessions, result)
+                    reason = await self._run_target(store, run, suite, target, keys[target.name], budget, sink, progress,
+                                                    counter, sessions)
+                    result.targets[target.name] = ("failed", reason) if reason else ("complete", None)
         except asyncio.CancelledError:
             if not interrupted:
                 raise
             result.problems.append("interrupted by a signal")
             result.status = "interrupted"
-        except BudgetExhausted as exc:
-            result.problems.append(f"budget exhausted: {exc}")
-            result.status = "failed"
         except Exception as exc:
             # A bug in prober, not in the endpoint: keep the samples, mark the run failed, and let
             # the traceback through so that it gets reported.
@@ -171,10 +187,22 @@ class Runner:
         if storage_failed:   # what reached the store, not what was handed to it
             with contextlib.suppress(Exception):
                 result.samples = store.get_run(run.id)["sample_count"]
+        stopped_by = result.problems[0] if result.problems else None   # a signal, a bug, a full disk
         if result.status != "interrupted" and crashed is None and not storage_failed:
+            self._check_error_ceilings(store, run.id, result)
+            # A failed target's partial samples are summarized too, for `prober show`; only the
+            # targets that completed are judged (reports/alerts.py, reports/drift.py).
             result.metrics = self._summarize(store, run.id, suite, targets, sessions, lag)
             store.write_metrics(result.metrics)
-            self._check_error_ceiling(store, run.id, result)
+        result.problems += [f"target {name}: {reason}" for name, (status, reason) in result.targets.items()
+                            if status == "failed"]
+        for target in targets:
+            # A stopped run summarizes nothing, so no target of it completed (those that failed
+            # keep their reason); otherwise only those that never ran take the run's status.
+            status = result.targets.get(target.name, ("never ran", None))[0]
+            if status == "never ran" or (stopped_by is not None and status != "failed"):
+                result.targets[target.name] = (result.status, stopped_by)
+            store.finish_target(run.id, target.name, *result.targets[target.name])
         if result.status == "running":
             result.status = "failed" if result.problems else "complete"
         if result.problems:
@@ -189,9 +217,10 @@ class Runner:
             raise crashed
         return result
 
-    async def _run_target(self, run: Run, suite: Suite, target: TargetConfig, api_key: str | None,
+    async def _run_target(self, store: Store, run: Run, suite: Suite, target: TargetConfig, api_key: str | None,
                           budget: RunBudget, sink: SampleSink, progress: RunProgress, counter: itertools.count,
-                          sessions: list[TargetSession], result: RunResult) -> None:
+                          sessions: list[TargetSession]) -> str | None:
+        """Run every suite entry against one target; the reason it could not complete, or None."""
         emulator = None
         if target.is_emulator:
             from prober.emulator import Emulator, load_scenario
@@ -203,33 +232,39 @@ class Runner:
             problem = await unreachable_reason(base_url, target.timeouts.connect)
             if problem:
                 hint = " (start it with `prober local start`)" if target.name == "local" else ""
-                result.problems.append(f"target {target.name}: {problem}{hint}")
                 self.console.print(f"target {target.name}: {problem}{hint}", markup=False)
-                return
+                return f"{problem}{hint}"
         adapter = make_adapter(target, base_url, api_key)
         gate = TargetGate.for_target(target)
         try:
             for entry in suite.entries:
                 session = TargetSession(run_id=run.id, target=target, adapter=adapter, gate=gate,
                                         probe_name=entry.probe.name, budget=budget, sink=sink,
-                                        settings=self.config.runner, progress=progress, request_counter=counter)
+                                        settings=self.config.runner, progress=progress, request_counter=counter,
+                                        entry=entry.id)
                 sessions.append(session)
                 await entry.probe.run(session, entry.params)
+        except BudgetExhausted as exc:
+            return f"budget exhausted: {exc}"
         finally:
             await adapter.aclose()
             if emulator is not None:
                 await emulator.stop()
+        return None
 
     def _summarize(self, store: Store, run_id: str, suite: Suite, targets: list[TargetConfig],
                    sessions: list[TargetSession], lag: LoopLagMonitor) -> list[Metric]:
+        """Metrics of the given targets, each stamped with its suite entry."""
         metrics: list[Metric] = []
         for target in targets:
             for entry in suite.entries:
-                rows = [r for r in store.samples(run_id, probe=entry.probe.name) if r["target"] == target.name]
+                rows = store.samples(run_id, target=target.name, entry=entry.id)
                 if rows:
-                    metrics.extend(entry.probe.summarize(rows, entry.params, run_id=run_id, target=target.name))
+                    summary = entry.probe.summarize(rows, entry.params, run_id=run_id, target=target.name)
+                    metrics.extend(dataclasses.replace(metric, entry=entry.id) for metric in summary)
+        names = {target.name for target in targets}
         # Client honesty: the event-loop lag over each measured loop, reported beside its results.
-        for session in sessions:
+        for session in (s for s in sessions if s.target.name in names):
             for window in session.windows:
                 if window.labels.get("phase", "measure") != "measure":
                     continue
@@ -237,22 +272,43 @@ class Runner:
                 summary = lag.summary(window.start_ns, window.end_ns)
                 metrics.append(Metric(run_id=run_id, target=session.target.name, probe=session.probe_name,
                                       name="client_loop_lag_p99_ms", value=summary["p99_ms"], labels=labels,
-                                      n=summary["n"], unit="ms"))
+                                      n=summary["n"], unit="ms", entry=session.entry))
                 metrics.append(Metric(run_id=run_id, target=session.target.name, probe=session.probe_name,
                                       name="client_saturated", value=float(summary["saturated"]),
-                                      labels=labels, n=summary["n"], unit="bool"))
+                                      labels=labels, n=summary["n"], unit="bool", entry=session.entry))
                 if summary["saturated"]:
                     self.console.print(f"warning: {session.target.name} {session.probe_name} {labels}: the "
                                        f"client's event loop lagged (p99 {summary['p99_ms']:.1f} ms); latency "
                                        f"figures there are inflated by the client", markup=False)
         return metrics
 
-    def _check_error_ceiling(self, store: Store, run_id: str, result: RunResult) -> None:
-        rows = [r for r in store.samples(run_id) if r.get("final", True)]
-        if not rows:
-            return
-        failed = sum(1 for r in rows if r.get("error_type"))
-        share = failed / len(rows)
-        if share > self.config.runner.error_rate_ceiling:
-            result.problems.append(f"error rate {share:.0%} ({failed}/{len(rows)} requests) is over the "
-                                   f"ceiling of {self.config.runner.error_rate_ceiling:.0%}")
+    def _check_error_ceilings(self, store: Store, run_id: str, result: RunResult) -> None:
+        """A completed target whose final error share is over the ceiling fails, with the share and
+        its most common error (auth failures end here: every request comes back 401)."""
+        ceiling = self.config.runner.error_rate_ceiling
+        for name, (status, _) in list(result.targets.items()):
+            rows = [r for r in store.samples(run_id, target=name) if r.get("final", True)]
+            if status != "complete" or not rows:
+                continue
+            failed = [r for r in rows if r.get("error_type")]
+            share = len(failed) / len(rows)
+            if share > ceiling:
+                common = collections.Counter((r["error_type"], r.get("http_status")) for r in failed)
+                (error_type, http_status), _ = common.most_common(1)[0]
+                status_text = f", HTTP {http_status}" if http_status else ""
+                result.targets[name] = ("failed", f"error rate {share:.0%} ({len(failed)}/{len(rows)} requests) "
+                                                  f"is over the ceiling of {ceiling:.0%}; most common error: "
+                                                  f"{error_type}{status_text}")
+
+    def _report_slos(self, store: Store, suite: Suite, result: RunResult) -> None:
+        """Each completed target's SLO rule states, and the warnings a user should see: rules that
+        matched nothing, and suite entries whose drift baseline started again."""
+        run = store.get_run(result.run_id)
+        rows = store.metrics(result.run_id)
+        probes = list(dict.fromkeys(entry.probe.name for entry in suite.entries))
+        for name, (status, _) in result.targets.items():
+            if status == "complete":
+                result.slo_states[name] = rule_states(self.config.slo, run, name, probes, rows)
+                result.warnings += unmatched_warnings(result.slo_states[name], result.run_id)
+        if self.config.drift.enabled:
+            result.warnings += baseline_resets(store, run, self.config.drift)

@@ -70,6 +70,7 @@ class TargetSession:
     settings: RunnerConfig
     progress: RunProgress
     request_counter: itertools.count
+    entry: str | None = None   # the suite entry this session runs; stamped on every sample
     windows: list[LoopWindow] = field(default_factory=list)
 
     async def send(self, request: ChatRequest, *, case: str, labels: dict[str, Any]) -> Exchange:
@@ -92,7 +93,7 @@ class TargetSession:
         def store(exchange: Exchange, *, final: bool) -> None:
             self.sink.put(Sample(run_id=self.run_id, target=self.target.name, probe=self.probe_name,
                                  case=case, labels=labels, exchange=exchange,
-                                 request_index=request_index, final=final))
+                                 request_index=request_index, final=final, entry=self.entry))
 
         while True:
             self.budget.reserve_request()

@@ -53,8 +53,18 @@ class ProbeContext(Protocol):
 
 class Probe(abc.ABC):
     name: ClassVar[str]
+    # Bump when a change makes tonight's metrics incomparable with last night's for the same
+    # parameters (what is sent, what is counted, how a metric is computed): drift baselines only
+    # take runs of the same version. Refactors and new metrics leave it alone.
     version: ClassVar[int] = 1
     Params: ClassVar[type[ProbeParams]]
+    # Every metric name `summarize` can produce, known without running anything (SLO rules are
+    # checked against them at load). None: not declared (SLO rules on it go unchecked).
+    metric_names: ClassVar[frozenset[str] | None] = None
+    # List parameters whose items become a metric label ({"levels": "concurrency"}): two runs
+    # whose lists differ are still comparable at the items both have, since their metrics are
+    # matched by that label; so these parameters do not decide comparability.
+    label_params: ClassVar[dict[str, str]] = {}
 
     @abc.abstractmethod
     async def run(self, ctx: ProbeContext, params: ProbeParams) -> None:
@@ -75,6 +85,10 @@ class MetricCollector:
 
     def add(self, name: str, value: float | None, labels: dict[str, Any], n: int | None = None,
             unit: str | None = None, ci: tuple[float | None, float | None] = (None, None)) -> None:
+        declared = getattr(_REGISTRY.get(self.probe), "metric_names", None)
+        if declared is not None and name not in declared:
+            # A bug in the probe: SLO rules on this name would be refused at load.
+            raise ValueError(f"probe {self.probe} produced metric {name!r}, which its metric_names does not declare")
         self.metrics.append(Metric(run_id=self.run_id, target=self.target, probe=self.probe, name=name,
                                    value=None if value is None else float(value), labels=labels,
                                    ci_low=ci[0], ci_high=ci[1], n=n, unit=unit))
@@ -99,6 +113,22 @@ def get_probe(name: str) -> Probe:
         return _REGISTRY[name]()
     except KeyError:
         raise KeyError(f"unknown probe {name!r} (available: {', '.join(sorted(_REGISTRY))})") from None
+
+
+def all_metric_names() -> set[str] | None:
+    """Every metric name a registered probe can produce, plus the runner's own client-honesty
+    metrics; None when some probe does not declare its names (then nothing can be ruled out)."""
+    _load_builtin_probes()
+    names = set(RUNNER_METRIC_NAMES)
+    for cls in _REGISTRY.values():
+        if cls.metric_names is None:
+            return None
+        names |= cls.metric_names
+    return names
+
+
+# Added by the runner beside every measured loop (prober/runner.py, client honesty).
+RUNNER_METRIC_NAMES = frozenset({"client_loop_lag_p99_ms", "client_saturated"})
 
 
 def probe_names() -> list[str]:

@@ -238,6 +238,15 @@ def classify_tier(read: int | None, boundaries: dict[str, float], hit_min: int) 
 class CachingProbe(Probe):
     name = "caching"
     version = 1
+    metric_names = frozenset({
+        "skipped", "hit_rate", "read_fraction", "cached_tokens_p50", "ttft_first_ms", "ttft_hit_p50_ms",
+        "ttft_hit_vs_first", "cost_multiplier", "read_tokens", "reads_previous", "lookback_limit",
+        "lookback_limit_found", "extra_breakpoints_recover", "min_prefix_tokens", "largest_uncached_tokens",
+        "documented_min_prefix_tokens", "min_prefix_agrees", "hits", "followers_after_first_token",
+        "stagger_wait_ms", "expected_read_tokens", "expected_tier_level", "observed_tier_level", "tier_match",
+        "tier_match_rate", "hit_before_wait", "hit_after_wait", "waited_s", "cache_reporting_available",
+        "cache_read_reported", "cache_write_reported", "usage_consistent", "ttft_warm_vs_cold",
+        "timing_mismatch"})
     Params = CachingParams
 
     async def run(self, ctx: ProbeContext, params: CachingParams) -> None:  # type: ignore[override]

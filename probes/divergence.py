@@ -181,6 +181,13 @@ async def background_load(ctx: ProbeContext, params: DivergenceParams, level: in
 class DivergenceProbe(Probe):
     name = "divergence"
     version = 1
+    metric_names = frozenset({
+        "error_rate", "unique_outputs", "modal_share", "divergence_rate_vs_modal", "system_fingerprints",
+        "divergence_rate", "first_divergence_char_min", "first_divergence_char_median",
+        "first_divergence_token_min", "first_divergence_token_median", "json_valid_rate",
+        "semantic_divergence_rate", "field_agreement", "divergence_trend_p_value", "divergence_trend_z",
+        "divergence_exact_p_value", "system_fingerprint_requests", "rejected_param_requests"})
+    label_params = {"levels": "concurrency"}
     Params = DivergenceParams
 
     async def run(self, ctx: ProbeContext, params: DivergenceParams) -> None:  # type: ignore[override]

@@ -57,6 +57,11 @@ def request_itl_ms(row: dict[str, Any]) -> list[float]:
 class LatencyProbe(Probe):
     name = "latency"
     version = 1
+    metric_names = frozenset({
+        *(f"ttft_p{q}_ms" for q in (50, 90, 99)), "headers_p50_ms", *(f"itl_p{q}_ms" for q in (50, 99)),
+        *(f"e2e_p{q}_ms" for q in (50, 99)), "output_tps_per_request_p50", "output_tps_total", "error_rate",
+        "goodput", "knee_concurrency"})
+    label_params = {"levels": "concurrency"}
     Params = LatencyParams
 
     async def run(self, ctx: ProbeContext, params: LatencyParams) -> None:  # type: ignore[override]

@@ -277,6 +277,11 @@ def ignored_check(explicit: Sequence[str], penalised: Sequence[str]) -> int | No
 class PenaltyProbe(Probe):
     name = "penalty"
     version = 1
+    metric_names = frozenset({
+        "skipped", "error_rate", "parse_rate", "key_drift_rate", "premature_stop_rate", "truncation_rate",
+        "quote_substitution_rate", "corruption_rate", "dropped_optional_rate", "value_drift_rate",
+        "first_corruption_index", "records_delivered", "baseline_match_rate", "penalties_applied_when_omitted",
+        "penalty_effect", "penalty_effect_p", "penalty_ignored", "penalty_unsupported", "rejected_param_requests"})
     Params = PenaltyParams
 
     async def run(self, ctx: ProbeContext, params: PenaltyParams) -> None:  # type: ignore[override]

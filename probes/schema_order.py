@@ -256,6 +256,10 @@ def sequential_stop(correct: dict[tuple[int, str], bool], params: SchemaOrderPar
 class SchemaOrderProbe(Probe):
     name = "schema_order"
     version = 1
+    metric_names = frozenset({
+        "accuracy", "json_valid_rate", "key_order_conformance", "error_rate", "discordant_a_only",
+        "discordant_b_only", "mcnemar_p", "mcnemar_mid_p", "paired_difference", "items_for_80_power",
+        "items_evaluated", "requests_saved", "sequential_stopped_early", "sequential_looks_used"})
     Params = SchemaOrderParams
 
     async def run(self, ctx: ProbeContext, params: SchemaOrderParams) -> None:  # type: ignore[override]

@@ -17,6 +17,7 @@ from typing import Any
 
 from prober.config import ProberConfig
 from prober.records import utcnow
+from reports.baseline import completed_targets
 from reports.drift import drift_for_run
 from reports.sinks import AlertmanagerSink, DeliveryError, Sink, make_sink
 from reports.slo import check_run, format_value
@@ -146,7 +147,9 @@ def evaluate_run(store: Any, config: ProberConfig, run_id: str, sinks: list[Sink
     run = store.get_run(run_id)
     if run is None:
         raise ValueError(f"unknown run id {run_id!r}")
-    observations = slo_observations(config, store.metrics(run["id"]), run) + drift_observations(store, config, run)
+    # Only targets that completed are judged: a failed target's partial metrics would mislead.
+    judged = [m for m in store.metrics(run["id"]) if m["target"] in completed_targets(run)]
+    observations = slo_observations(config, judged, run) + drift_observations(store, config, run)
     # A metric row repeated within one run must not count as two consecutive runs.
     observations = list({obs.key: obs for obs in observations}.values())
     previous = {row["key"]: row for row in store.alerts(keys=[o.key for o in observations])}

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prober.config import SloRule
+from prober.config import DriftConfig, SloRule
 from prober.errors import ConfigError
 from prober.records import utcnow
 from reports.examples import Example, pick_examples
@@ -104,6 +104,10 @@ class Section:
     latest_run: RunInfo
     probes: list[ProbeSection]
     firing: list[FiringAlert] = field(default_factory=list)
+    # What the latest run measured on this target (reports/run_lines.provenance_lines), and its
+    # "baseline reset: ..." lines for entries that no earlier run is comparable with.
+    provenance: list[str] = field(default_factory=list)
+    baseline_resets: list[str] = field(default_factory=list)
 
     @property
     def slo_results(self) -> list[tuple[LatestMetric, SloResult]]:
@@ -140,8 +144,20 @@ def _history(rows: Sequence[dict[str, Any]]) -> list[MetricSeries]:
     return list(series.values())
 
 
+def _provenance(store: Store, run_id: str, target: str, drift: DriftConfig | None) -> tuple[list[str], list[str]]:
+    from reports.baseline import select_baselines
+    from reports.run_lines import provenance_lines
+
+    run = store.get_run(run_id)
+    run["target_status"] = {t: s for t, s in (run.get("target_status") or {}).items() if t == target}
+    run["targets"] = [target]
+    resets = [] if drift is None or not drift.enabled else [
+        b.reset for b in select_baselines(store, run, target, drift.baseline_runs).values() if b.reset]
+    return provenance_lines(run, store.run_entries(run_id, target=target)), resets
+
+
 def _section(store: Store, rules: Sequence[SloRule], target: str, suite: str,
-             rows: list[dict[str, Any]], firing: list[FiringAlert]) -> Section:
+             rows: list[dict[str, Any]], firing: list[FiringAlert], drift: DriftConfig | None) -> Section:
     runs = list({row["run_id"]: RunInfo(row["run_id"], row["run_started_at"], row["run_status"])
                  for row in rows}.values())
     latest = _latest_run(runs)
@@ -167,11 +183,13 @@ def _section(store: Store, rules: Sequence[SloRule], target: str, suite: str,
             plots=suite_plots(probe, probe_rows, probe_history),
             trends=trend_plots(probe_history),
             examples=[e for e in examples if e.probe == probe]))
-    return Section(target=target, suite=suite, runs=runs, latest_run=latest, probes=probes, firing=firing)
+    provenance, resets = _provenance(store, latest.id, target, drift)
+    return Section(target=target, suite=suite, runs=runs, latest_run=latest, probes=probes, firing=firing,
+                   provenance=provenance, baseline_resets=resets)
 
 
 def collect(store: Store, rules: Sequence[SloRule], since: dt.datetime | None = None,
-            target: str | None = None) -> Report:
+            target: str | None = None, drift: DriftConfig | None = None) -> Report:
     """The report over the runs started since `since` (all runs when None), for one target or all."""
     grouped: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in store.metric_history(since=since, target=target):
@@ -181,6 +199,6 @@ def collect(store: Store, rules: Sequence[SloRule], since: dt.datetime | None = 
         firing[(alert["target"], alert["suite"])].append(FiringAlert(
             alert["name"], alert["kind"], alert["severity"], alert["metric"], alert.get("labels") or {},
             alert["summary"], alert.get("fired_at")))
-    sections = [_section(store, rules, target_name, suite, rows, firing[(target_name, suite)])
+    sections = [_section(store, rules, target_name, suite, rows, firing[(target_name, suite)], drift)
                 for (target_name, suite), rows in sorted(grouped.items())]
     return Report(generated_at=utcnow(), since=since, target=target, store_url=store.url, sections=sections)

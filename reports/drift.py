@@ -1,7 +1,8 @@
 """Drift: did this run's metrics move away from the baseline window of earlier runs?
 
-Baseline: the previous `baseline_runs` complete runs of the same suite that covered the same
-target. Each kind of metric gets the test that fits how it was measured:
+Baseline: per suite entry, the previous `baseline_runs` runs of the same suite in which the target
+completed and the entry measured the same thing (reports/baseline.py); with none comparable the
+entry is not tested and `baseline_resets` says what changed. Each kind of metric gets the test that fits how it was measured:
 
 - proportion: a metric with n and a Wilson interval and a value in [0, 1] (error rate, hit rate,
   divergence rate, accuracy...). Counts are rebuilt as round(value * n); the baseline runs' counts
@@ -37,6 +38,7 @@ from typing import Any
 
 from prober import stats
 from prober.config import DriftConfig
+from reports.baseline import completed_targets, select_baselines
 from reports.slo import format_value, labels_key
 
 # Defaults for `[drift] min_effect`: absolute share, relative median change, paired difference.
@@ -242,35 +244,49 @@ def latency_test_for(target: str, probe: str, quantity: str, labels: dict[str, A
 
 # --- against the store ---------------------------------------------------------------------------
 
-def baseline_window(store: Any, run: dict[str, Any], target: str, size: int) -> list[dict[str, Any]]:
-    """The previous `size` complete runs of the run's suite that covered `target`, newest first."""
-    earlier = [r for r in store.list_runs(limit=4 * size + 8, suite=run["suite"], target=target)
-               if r["id"] != run["id"] and r["status"] == "complete" and r["started_at"] < run["started_at"]]
-    return earlier[:size]
+def baseline_window(store: Any, run: dict[str, Any], target: str, size: int,
+                    entry: str | None = None) -> list[dict[str, Any]]:
+    """The previous `size` runs of the run's suite in which `target` completed and that are
+    comparable (reports/baseline.py) for suite entry `entry`, or for every entry when None; newest first."""
+    selected = select_baselines(store, run, target, size)
+    if entry is not None:
+        return selected[entry].runs if entry in selected else []
+    common = set.intersection(*({r["id"] for r in b.runs} for b in selected.values())) if selected else set()
+    return [r for r in next(iter(selected.values())).runs if r["id"] in common] if selected else []
+
+
+def baseline_resets(store: Any, run: dict[str, Any], config: DriftConfig) -> list[str]:
+    """"baseline reset: <target> <entry>: <what changed>" for each entry whose earlier runs are
+    none of them comparable: those entries are not drift-tested this time."""
+    return [baseline.reset for target in completed_targets(run)
+            for baseline in select_baselines(store, run, target, config.baseline_runs).values() if baseline.reset]
 
 
 def drift_for_run(store: Any, run: dict[str, Any], config: DriftConfig) -> list[DriftTest]:
-    """Every drift test this run supports (no baseline, no test), decided together."""
+    """Every drift test this run supports (no comparable baseline, no test), decided together.
+    Each suite entry of each completed target is tested against its own comparable runs."""
     tests: list[DriftTest] = []
-    for target in run.get("targets") or []:
-        window = baseline_window(store, run, target, config.baseline_runs)
-        if len(window) < config.min_baseline_runs:
-            continue
-        current = store.metrics(run["id"], target=target)
-        baseline = [store.metrics(r["id"], target=target) for r in window]
-        tests += proportion_tests(current, baseline, config.min_baseline_runs)
-        tests += paired_tests(current, baseline, config.min_baseline_runs)
-        tests += _latency_tests(store, run, window, target, current, config)
+    for target in completed_targets(run):
+        for entry, baseline in select_baselines(store, run, target, config.baseline_runs).items():
+            window = baseline.runs
+            if len(window) < config.min_baseline_runs:
+                continue
+            current = store.metrics(run["id"], target=target, entry=entry)
+            before = [store.metrics(r["id"], target=target, entry=entry) for r in window]
+            tests += proportion_tests(current, before, config.min_baseline_runs)
+            tests += paired_tests(current, before, config.min_baseline_runs)
+            tests += _latency_tests(store, run, window, target, entry, current, config)
     return decide(tests, config)
 
 
-def _latency_tests(store: Any, run: dict[str, Any], window: Sequence[dict[str, Any]], target: str,
+def _latency_tests(store: Any, run: dict[str, Any], window: Sequence[dict[str, Any]], target: str, entry: str,
                    current: Sequence[dict[str, Any]], config: DriftConfig) -> list[DriftTest]:
     groups = {(row["probe"], LATENCY_FAMILIES[row["name"]], labels_key(row.get("labels"))): row.get("labels") or {}
               for row in current if row["name"] in LATENCY_FAMILIES and row.get("value") is not None}
     probes = {probe for probe, _, _ in groups}
-    now = {probe: store.samples(run["id"], probe=probe, target=target) for probe in probes}
-    before = [{probe: store.samples(r["id"], probe=probe, target=target) for probe in probes} for r in window]
+    now = {probe: store.samples(run["id"], probe=probe, target=target, entry=entry) for probe in probes}
+    before = [{probe: store.samples(r["id"], probe=probe, target=target, entry=entry) for probe in probes}
+              for r in window]
     tests = []
     for (probe, quantity, _), labels in sorted(groups.items(), key=lambda item: item[0]):
         values = request_values(measured_rows(now[probe], labels), quantity)

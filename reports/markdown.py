@@ -66,6 +66,10 @@ def _section(section: Section) -> list[str]:
     lines = [f"## {text(section.target)} / {text(section.suite)}", "",
              f"Latest run `{latest.id}` started {_utc(latest.started_at)}, status {latest.status}; "
              f"{len(section.runs)} run(s) in the window.", ""]
+    if section.provenance:
+        lines += ["What it measured:", "", *(f"- {text(line.strip())}" for line in section.provenance), ""]
+    if section.baseline_resets:
+        lines += [*(f"- {text(line)}" for line in section.baseline_resets), ""]
     if section.firing:
         lines += ["Alerts firing now:", ""]
         lines += [f"- **{text(a.name)}** ({text(a.kind)}, {text(a.severity)}) since "

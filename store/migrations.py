@@ -184,12 +184,42 @@ def _m004_run_lease(conn: sa.Connection) -> None:
     add_column(conn, "runs", sa.Column("lease_expires_at", UTCDateTime))
 
 
+def _m005_run_provenance(conn: sa.Connection) -> None:
+    """What each run measured and how each target ended: run_targets (status, reason, config hash
+    per target), run_entries (probe version and effective parameters per target and suite entry),
+    and the suite entry id on samples and metrics."""
+    # Frozen: this is the version-5 shape of these tables.
+    md = sa.MetaData()
+    sa.Table("runs", md, sa.Column("id", sa.Text, primary_key=True))
+    sa.Table(
+        "run_targets", md,
+        sa.Column("run_id", sa.Text, sa.ForeignKey("runs.id"), primary_key=True),
+        sa.Column("target", sa.Text, primary_key=True),
+        sa.Column("status", sa.Text, nullable=False),
+        sa.Column("reason", SafeText),
+        sa.Column("config_hash", sa.Text, nullable=False),
+    )
+    sa.Table(
+        "run_entries", md,
+        sa.Column("run_id", sa.Text, sa.ForeignKey("runs.id"), primary_key=True),
+        sa.Column("target", sa.Text, primary_key=True),
+        sa.Column("entry", sa.Text, primary_key=True),
+        sa.Column("probe", sa.Text, nullable=False),
+        sa.Column("probe_version", sa.Integer, nullable=False),
+        sa.Column("params", JSONColumn()),
+    )
+    md.create_all(conn, tables=[md.tables["run_targets"], md.tables["run_entries"]])
+    add_column(conn, "samples", sa.Column("entry", sa.Text))
+    add_column(conn, "metrics", sa.Column("entry", sa.Text))
+
+
 # Append new migrations here; never edit or reorder the ones above.
 MIGRATIONS: list[Migration] = [
     _m001_initial,
     _m002_alerts,
     _m003_sample_service_tier,
     _m004_run_lease,
+    _m005_run_provenance,
 ]
 
 

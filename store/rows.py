@@ -67,6 +67,7 @@ def sample_row(sample: Sample, max_output_chars: int | None) -> dict[str, Any]:
         "findings": ex.findings,
         "rejected_params": ex.rejected_params,
         "extra": ex.extra,
+        "entry": sample.entry,
     }
 
 
@@ -100,4 +101,5 @@ def metric_row(metric: Metric) -> dict[str, Any]:
         "ci_high": metric.ci_high,
         "n": metric.n,
         "unit": metric.unit,
+        "entry": metric.entry,
     }

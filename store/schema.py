@@ -77,6 +77,7 @@ samples = sa.Table(
     sa.Column("rejected_params", JSONColumn()),
     sa.Column("extra", JSONColumn()),
     sa.Column("service_tier", sa.Text),
+    sa.Column("entry", sa.Text),      # the suite entry (suites.loader.SuiteEntry.id) that sent it
     sa.Index("ix_samples_run_id", "run_id"),
 )
 
@@ -93,7 +94,31 @@ metrics = sa.Table(
     sa.Column("ci_high", sa.Float),
     sa.Column("n", sa.Integer),
     sa.Column("unit", sa.Text),
+    sa.Column("entry", sa.Text),
     sa.Index("ix_metrics_run_id", "run_id"),
+)
+
+TARGET_STATUSES = ("running", "complete", "failed", "interrupted")
+
+# How each target of a run ended: a target that could not complete fails alone (DESIGN.md).
+run_targets = sa.Table(
+    "run_targets", metadata,
+    sa.Column("run_id", sa.Text, sa.ForeignKey("runs.id"), primary_key=True),
+    sa.Column("target", sa.Text, primary_key=True),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("reason", SafeText),
+    sa.Column("config_hash", sa.Text, nullable=False),   # the target's own configuration
+)
+
+# What each suite entry measured on each target: the basis of "comparable baseline runs".
+run_entries = sa.Table(
+    "run_entries", metadata,
+    sa.Column("run_id", sa.Text, sa.ForeignKey("runs.id"), primary_key=True),
+    sa.Column("target", sa.Text, primary_key=True),
+    sa.Column("entry", sa.Text, primary_key=True),
+    sa.Column("probe", sa.Text, nullable=False),
+    sa.Column("probe_version", sa.Integer, nullable=False),
+    sa.Column("params", JSONColumn()),                   # effective parameters, after --param
 )
 
 ALERT_STATES = ("ok", "pending", "firing", "resolved")

@@ -19,7 +19,8 @@ from prober.records import Metric, Run, utcnow
 from store.engine import open_engine, redacted, write_transaction
 from store.migrations import migrate
 from store.rows import metric_row, run_row
-from store.schema import ALERT_STATES, RUN_STATUSES, alert_deliveries, alert_events, alerts, metrics, runs, samples
+from store.schema import (ALERT_STATES, RUN_STATUSES, TARGET_STATUSES, alert_deliveries, alert_events, alerts,
+                          metrics, run_entries, run_targets, runs, samples)
 from store.writer import SampleWriteError, SampleWriter
 
 if TYPE_CHECKING:
@@ -156,8 +157,37 @@ class Store:
         with self._engine.connect() as conn:
             return {name for listed in conn.execute(sa.select(runs.c.targets)).scalars() for name in listed or []}
 
+    def start_target(self, run_id: str, target: str, config_hash: str, entries: Sequence[dict[str, Any]]) -> None:
+        """Record that `target` started in this run, with what each suite entry will measure on it:
+        dicts with entry, probe, probe_version and params (the effective parameters)."""
+        def work(conn: sa.Connection) -> None:
+            conn.execute(run_targets.insert().values(run_id=run_id, target=target, status="running",
+                                                     config_hash=config_hash))
+            if entries:
+                conn.execute(run_entries.insert(), [{**entry, "run_id": run_id, "target": target}
+                                                    for entry in entries])
+
+        write_transaction(self._engine, work)
+
+    def finish_target(self, run_id: str, target: str, status: str, reason: str | None = None) -> None:
+        """How `target` ended in this run; `reason` says why it did not complete."""
+        if status not in TARGET_STATUSES:
+            raise ValueError(f"target status must be one of {', '.join(TARGET_STATUSES)}, not {status!r}")
+        write_transaction(self._engine, lambda conn: conn.execute(
+            run_targets.update().where(run_targets.c.run_id == run_id, run_targets.c.target == target)
+            .values(status=status, reason=reason)))
+
+    def run_entries(self, run_id: str, target: str | None = None) -> list[dict[str, Any]]:
+        """What each suite entry measured per target (entry, probe, probe_version, params), by target and entry id."""
+        query = sa.select(run_entries).where(run_entries.c.run_id == run_id)
+        if target is not None:
+            query = query.where(run_entries.c.target == target)
+        with self._engine.connect() as conn:
+            return [dict(row._mapping) for row in conn.execute(query.order_by(run_entries.c.target, run_entries.c.entry))]
+
     def list_runs(self, limit: int = 20, suite: str | None = None, target: str | None = None) -> list[dict[str, Any]]:
-        """Newest first, each with `sample_count` and `error_count` (samples with an error type).
+        """Newest first, each with `sample_count`, `error_count` (samples with an error type) and
+        `target_status` (see `_add_target_status`).
 
         With `target`, only runs that list the target or have samples from it.
         """
@@ -183,6 +213,7 @@ class Store:
                                  if target in (run["targets"] or []) or run["id"] in sampled)
                 found = found[:limit]
             _add_counts(conn, found)
+            _add_target_status(conn, found)
         return found
 
     def get_run(self, run_id: str) -> dict[str, Any] | None:
@@ -205,6 +236,7 @@ class Store:
                 return None
             run = dict(row._mapping)
             _add_counts(conn, [run])
+            _add_target_status(conn, [run])
         return run
 
     # -- samples and metrics ----------------------------------------------------------------
@@ -215,13 +247,16 @@ class Store:
         self._writers.append(writer)
         return writer
 
-    def samples(self, run_id: str, probe: str | None = None, target: str | None = None) -> list[dict[str, Any]]:
+    def samples(self, run_id: str, probe: str | None = None, target: str | None = None,
+                entry: str | None = None) -> list[dict[str, Any]]:
         """The run's samples in the order they were written."""
         query = sa.select(samples).where(samples.c.run_id == run_id).order_by(samples.c.id)
         if probe is not None:
             query = query.where(samples.c.probe == probe)
         if target is not None:
             query = query.where(samples.c.target == target)
+        if entry is not None:
+            query = query.where(samples.c.entry == entry)
         with self._engine.connect() as conn:
             return [dict(row._mapping) for row in conn.execute(query)]
 
@@ -248,12 +283,15 @@ class Store:
         if rows:
             write_transaction(self._engine, lambda conn: conn.execute(metrics.insert(), rows))
 
-    def metrics(self, run_id: str, probe: str | None = None, target: str | None = None) -> list[dict[str, Any]]:
+    def metrics(self, run_id: str, probe: str | None = None, target: str | None = None,
+                entry: str | None = None) -> list[dict[str, Any]]:
         query = sa.select(metrics).where(metrics.c.run_id == run_id).order_by(metrics.c.id)
         if probe is not None:
             query = query.where(metrics.c.probe == probe)
         if target is not None:
             query = query.where(metrics.c.target == target)
+        if entry is not None:
+            query = query.where(metrics.c.entry == entry)
         with self._engine.connect() as conn:
             return [dict(row._mapping) for row in conn.execute(query)]
 
@@ -337,12 +375,20 @@ class Store:
                        suite: str | None = None, name: str | None = None, run_id: str | None = None,
                        statuses: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Metric rows across runs, oldest run first, each with its run's `suite`, `run_started_at`,
-        `run_finished_at` and `run_status`. `since` keeps runs started at or after it."""
+        `run_finished_at` and `run_status`. `since` keeps runs started at or after it.
+
+        `run_status` is the row's target's own status in the run where one was recorded: in a run
+        where another target failed, this target's metrics are those of a complete run."""
+        own_status = sa.func.coalesce(run_targets.c.status, runs.c.status)
         query = (sa.select(metrics, runs.c.suite, runs.c.started_at.label("run_started_at"),
-                           runs.c.finished_at.label("run_finished_at"), runs.c.status.label("run_status"))
+                           runs.c.finished_at.label("run_finished_at"), own_status.label("run_status"))
                  .join(runs, runs.c.id == metrics.c.run_id)
+                 .outerjoin(run_targets, sa.and_(run_targets.c.run_id == metrics.c.run_id,
+                                                 run_targets.c.target == metrics.c.target))
                  .order_by(runs.c.started_at, runs.c.id, metrics.c.id))
-        query = _across_runs(query, metrics, since, target, suite, run_id, statuses)
+        query = _across_runs(query, metrics, since, target, suite, run_id, None)
+        if statuses is not None:
+            query = query.where(own_status.in_(list(statuses)))
         if name is not None:
             query = query.where(metrics.c.name == name)
         with self._engine.connect() as conn:
@@ -394,6 +440,25 @@ def _add_counts(conn: sa.Connection, run_list: list[dict[str, Any]]) -> None:
     }
     for run in run_list:
         run["sample_count"], run["error_count"] = counts.get(run["id"], (0, 0))
+
+
+def _add_target_status(conn: sa.Connection, run_list: list[dict[str, Any]]) -> None:
+    """Add `target_status` to each run dict: {target: {status, reason, config_hash}} in the order the
+    targets ran (empty for runs stored before targets were recorded). A target still `running` in
+    a run that ended (killed, interrupted) takes the run's status."""
+    if not run_list:
+        return
+    found: dict[str, dict[str, dict[str, Any]]] = {run["id"]: {} for run in run_list}
+    for row in conn.execute(sa.select(run_targets).where(run_targets.c.run_id.in_(list(found)))):
+        found[row.run_id][row.target] = {"status": row.status, "reason": row.reason, "config_hash": row.config_hash}
+    for run in run_list:
+        listed = run.get("targets") or []
+        statuses = dict(sorted(found[run["id"]].items(),
+                               key=lambda item: listed.index(item[0]) if item[0] in listed else len(listed)))
+        for state in statuses.values():
+            if state["status"] == "running" and run["status"] != "running":
+                state["status"] = run["status"]
+        run["target_status"] = statuses
 
 
 def _process_alive(pid: int, run_started_at: dt.datetime) -> bool:

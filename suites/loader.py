@@ -27,6 +27,10 @@ class SuiteEntry:
     suite: str          # the suite file the entry came from
     probe: Probe
     params: ProbeParams
+    # Stable across runs of the suite: "<suite file>.<probe>", with "#2", "#3"... for a probe's
+    # later entries in the same file. Samples and metrics carry it, so that two entries of one
+    # probe are never pooled, and baselines compare an entry with the same entry.
+    id: str = ""
 
 
 @dataclass
@@ -107,5 +111,8 @@ def _resolve(name: str, suites: dict[str, Path], entries: list[SuiteEntry], stac
         except ValidationError as exc:
             raise (command_line_error(exc, spelled)
                    or validation_error(str(path), exc, prefix=f"probes[{index}].params.")) from None
-        entries.append(SuiteEntry(suite=name, probe=probe, params=params))
+        entry_id = f"{name}.{probe.name}"
+        repeats = sum(1 for e in entries if e.id == entry_id or e.id.startswith(f"{entry_id}#"))
+        entries.append(SuiteEntry(suite=name, probe=probe, params=params,
+                                  id=entry_id if repeats == 0 else f"{entry_id}#{repeats + 1}"))
     return str(data.get("description", ""))

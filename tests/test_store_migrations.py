@@ -21,11 +21,12 @@ SAMPLE_COLUMNS = [
     "system_fingerprint", "response_model", "output_text", "output_sha256", "output_chars", "output_truncated",
     "tool_calls", "finish_reason", "usage", "started_at", "headers_ms", "first_byte_ms", "ttft_ms", "end_ms",
     "chunk_offsets_ms", "chunk_chars", "error_type", "error_message", "findings", "rejected_params", "extra",
-    "service_tier",
+    "service_tier", "entry",
 ]
 RUN_COLUMNS = ["id", "suite", "started_at", "finished_at", "status", "prober_version", "config_hash", "host", "pid",
                "targets", "loop_lag", "notes", "lease_expires_at"]
-METRIC_COLUMNS = ["id", "run_id", "target", "probe", "name", "labels", "value", "ci_low", "ci_high", "n", "unit"]
+METRIC_COLUMNS = ["id", "run_id", "target", "probe", "name", "labels", "value", "ci_low", "ci_high", "n", "unit",
+                  "entry"]
 
 
 def _columns(engine: sa.Engine, table: str) -> list[str]:
@@ -46,7 +47,8 @@ def test_new_database_gets_the_whole_schema(store_url):
     engine = open_engine(store_url)
     try:
         assert set(sa.inspect(engine).get_table_names()) == {"runs", "samples", "metrics", "schema_migrations",
-                                                              "alerts", "alert_events", "alert_deliveries"}
+                                                              "alerts", "alert_events", "alert_deliveries",
+                                                              "run_targets", "run_entries"}
         assert _columns(engine, "runs") == RUN_COLUMNS
         assert _columns(engine, "samples") == SAMPLE_COLUMNS
         assert _columns(engine, "metrics") == METRIC_COLUMNS
@@ -54,7 +56,8 @@ def test_new_database_gets_the_whole_schema(store_url):
         assert _indexes(engine, "samples") == {"ix_samples_run_id": ["run_id"]}
         assert _indexes(engine, "metrics") == {"ix_metrics_run_id": ["run_id"]}
         assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial"), (2, "m002_alerts"),
-                                                               (3, "m003_sample_service_tier"), (4, "m004_run_lease")]
+                                                               (3, "m003_sample_service_tier"), (4, "m004_run_lease"),
+                                                               (5, "m005_run_provenance")]
         assert schema_version(engine) == len(MIGRATIONS)
     finally:
         engine.dispose()

@@ -15,13 +15,20 @@ T0 = dt.datetime(2026, 1, 1, 3, 0, tzinfo=dt.timezone.utc)
 
 
 def add_run(store: Store, run_id: str, night: int, metrics: list[dict[str, Any]], *, suite: str = "latency",
-            target: str = "emu", status: str = "complete") -> dict[str, Any]:
+            target: str = "emu", status: str = "complete", params: dict[str, Any] | None = None) -> dict[str, Any]:
     """A finished run started `night` days after T0, with these metric rows (dicts of Metric fields;
-    probe defaults to the suite's name). Returns the stored run row."""
+    probe defaults to the suite's name). Each probe is one suite entry, `<suite>.<probe>`, recorded
+    at probe version 1 with `params`, so runs with equal params are comparable baselines. Returns
+    the stored run row."""
     started = T0 + dt.timedelta(days=night)
     store.create_run(Run(id=run_id, suite=suite, started_at=started, prober_version="test", config_hash="h",
                          host=socket.gethostname(), pid=os.getpid(), targets=[target]))
-    store.write_metrics([Metric(run_id=run_id, target=target, **{"probe": suite, **m}) for m in metrics])
+    rows = [{"probe": suite, **m} for m in metrics]
+    probes = list(dict.fromkeys(row["probe"] for row in rows)) or [suite]
+    store.start_target(run_id, target, "h", [{"entry": f"{suite}.{probe}", "probe": probe, "probe_version": 1,
+                                              "params": params or {}} for probe in probes])
+    store.write_metrics([Metric(run_id=run_id, target=target, entry=f"{suite}.{row['probe']}", **row) for row in rows])
+    store.finish_target(run_id, target, status)
     store.finish_run(run_id, status, started + dt.timedelta(minutes=5))
     return store.get_run(run_id)
 
@@ -35,8 +42,10 @@ def share(name: str, hits: int, n: int, **labels: Any) -> dict[str, Any]:
 
 
 def latency_samples(store: Store, run_id: str, ttfts_ms: list[float], *, target: str = "emu",
-                    probe: str = "latency", gap_ms: float = 5.0, chunks: int = 8, **labels: Any) -> None:
-    """One measured streaming sample per TTFT value, with `chunks` content chunks `gap_ms` apart."""
+                    probe: str = "latency", gap_ms: float = 5.0, chunks: int = 8, suite: str = "latency",
+                    **labels: Any) -> None:
+    """One measured streaming sample per TTFT value, with `chunks` content chunks `gap_ms` apart,
+    from suite entry `<suite>.<probe>` (as add_run records it)."""
     start_ns = 1_000_000_000
     with store.sample_writer() as writer:
         for index, ttft in enumerate(ttfts_ms):
@@ -47,4 +56,5 @@ def latency_samples(store: Store, run_id: str, ttfts_ms: list[float], *, target:
                                 headers_ns=start_ns + 1_000_000, first_byte_ns=first, first_token_ns=first,
                                 chunk_ns=chunk_ns, chunk_chars=[1] * chunks, end_ns=chunk_ns[-1] + 1_000_000)
             writer.submit(Sample(run_id=run_id, target=target, probe=probe, case="sweep",
-                                 labels={**labels, "phase": "measure"}, exchange=exchange, request_index=index))
+                                 labels={**labels, "phase": "measure"}, exchange=exchange, request_index=index,
+                                 entry=f"{suite}.{probe}"))

@@ -1,0 +1,85 @@
+"""Which earlier runs a drift baseline may take: only comparable ones.
+
+Two runs are comparable for a target and suite entry when the target completed in both and the
+entry ran the same probe version with the same parameters that shape its metrics. Those are every
+effective parameter (after --param) except the probe's `label_params`: a list such as latency's
+`levels` whose items become a metric label (concurrency). Metrics are matched by their labels, so
+level 16 of a [1, 16] sweep is compared with level 16 of a [1, 4, 16] sweep, and a level only one
+run has finds no baseline. Anything else that differs (requests per level, max_tokens, a new
+probe version) makes a different measurement, and the baseline starts again: "baseline reset:
+<what changed>".
+
+The target's configuration hash is stored and shown but does not decide: a changed timeout or
+header is not a different measurement, and a changed model is what drift is there to notice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from probes.base import get_probe
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The comparable earlier runs of one target and suite entry, newest first."""
+
+    target: str
+    entry: str
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    # Set when earlier runs exist but none is comparable: "baseline reset: <what changed>".
+    reset: str | None = None
+
+
+def completed_targets(run: dict[str, Any]) -> list[str]:
+    """The targets that completed in a run (a run stored before per-target status: all of its
+    targets when the run completed)."""
+    recorded = run.get("target_status") or {}
+    if recorded:
+        return [target for target, state in recorded.items() if state["status"] == "complete"]
+    return list(run.get("targets") or []) if run.get("status") == "complete" else []
+
+
+def _shaping_params(entry: dict[str, Any]) -> dict[str, Any]:
+    try:
+        ignored = get_probe(entry["probe"]).label_params
+    except KeyError:
+        ignored = {}   # a probe no longer installed: every parameter counts
+    return {key: value for key, value in (entry.get("params") or {}).items() if key not in ignored}
+
+
+def what_changed(current: dict[str, Any], earlier: dict[str, Any] | None) -> str | None:
+    """None when `earlier` (a run_entries row) measured what `current` does; else what differs."""
+    if earlier is None:
+        return "this entry did not run before"
+    if current["probe"] != earlier["probe"]:
+        return f"probe {earlier['probe']} -> {current['probe']}"
+    if current["probe_version"] != earlier["probe_version"]:
+        return f"{current['probe']} probe version {earlier['probe_version']} -> {current['probe_version']}"
+    now, before = _shaping_params(current), _shaping_params(earlier)
+    changed = [f"{key} {before.get(key)!r} -> {now.get(key)!r}" for key in sorted(set(now) | set(before))
+               if now.get(key) != before.get(key)]
+    return ", ".join(changed) or None
+
+
+def select_baselines(store: Any, run: dict[str, Any], target: str, size: int) -> dict[str, Baseline]:
+    """Per suite entry of `run` on `target`: up to `size` comparable earlier runs, newest first.
+
+    Earlier runs are those of the same suite, started before `run`, in which `target` completed.
+    """
+    current = {row["entry"]: row for row in store.run_entries(run["id"], target=target)}
+    earlier = [r for r in store.list_runs(limit=4 * size + 8, suite=run["suite"], target=target)
+               if r["id"] != run["id"] and r["started_at"] < run["started_at"] and target in completed_targets(r)]
+    entries_of = {r["id"]: {row["entry"]: row for row in store.run_entries(r["id"], target=target)} for r in earlier}
+    selected: dict[str, Baseline] = {}
+    for entry_id, entry in current.items():
+        comparable = [r for r in earlier if what_changed(entry, entries_of[r["id"]].get(entry_id)) is None]
+        reset = None
+        if earlier and not comparable:
+            newest = entries_of[earlier[0]["id"]]
+            change = (what_changed(entry, newest.get(entry_id)) if newest
+                      else "earlier runs recorded no parameters or probe version")
+            reset = f"baseline reset: {target} {entry_id}: {change}"
+        selected[entry_id] = Baseline(target, entry_id, comparable[:size], reset)
+    return selected
