@@ -60,7 +60,7 @@ class LatencyProbe(Probe):
     metric_names = frozenset({
         *(f"ttft_p{q}_ms" for q in (50, 90, 99)), "headers_p50_ms", *(f"itl_p{q}_ms" for q in (50, 99)),
         *(f"e2e_p{q}_ms" for q in (50, 99)), "output_tps_per_request_p50", "output_tps_total", "error_rate",
-        "goodput", "knee_concurrency"})
+        "goodput", "knee_concurrency", "service_tier_requests"})
     label_params = {"levels": "concurrency"}
     Params = LatencyParams
 
