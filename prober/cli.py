@@ -15,7 +15,9 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 from prober.config import load_config
+from prober.controlchars import escape_controls
 from prober.errors import ConfigError, ProberError
+from prober.redact import RedactingStream, redact_text, register_config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="Black-box conformance and drift prober for LLM APIs.")
@@ -26,8 +28,9 @@ app.add_typer(local_app, name="local")
 # Cron and CI capture stdout: without a terminal rich would assume 80 columns and squeeze the
 # value columns of a metrics table away, so give captured output room unless COLUMNS says otherwise.
 _CAPTURED_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
-out = Console(highlight=False, width=_CAPTURED_WIDTH)
-err = Console(stderr=True, highlight=False)
+# Both consoles mask the configured secrets in everything they write (prober/redact.py).
+out = Console(file=RedactingStream(), highlight=False, width=_CAPTURED_WIDTH)
+err = Console(file=RedactingStream(stderr=True), stderr=True, highlight=False)
 
 ConfigOption = Annotated[Optional[Path], typer.Option("--config", "-c", help="prober.toml to use "
                          "(default: ./prober.toml if present, else built-in targets local and emulator)")]
@@ -38,7 +41,20 @@ def _config(path: Path | None, db: str | None = None):
     config = load_config(path)
     if db:
         config.store.url = db
+    register_config(config)
     return config
+
+
+def _shown(value: Any) -> str:
+    """Stored or endpoint-supplied text for a table cell or a line: secrets masked, control
+    characters escaped (prober/controlchars.py), rich markup inert."""
+    return escape(escape_controls(redact_text(str(value))))
+
+
+def _store_shown(url: str) -> str:
+    from store.engine import redacted
+
+    return _shown(redacted(url))
 
 
 def _parse_param(text: str) -> tuple[str, Any]:
@@ -76,13 +92,13 @@ def run(
     result = Runner(cfg, err).run(suite, target or None, overrides)
     _print_metrics(result.metrics, title=f"run {result.run_id} ({result.status})")
     for problem in result.problems:
-        err.print(f"problem: {escape(problem)}")
+        err.print(f"problem: {_shown(problem)}")
     if result.alerts is not None:
         from reports.alerts import describe
 
         for line in describe(result.alerts):
-            out.print(escape(line))
-    err.print(f"{result.samples} samples stored in {escape(cfg.store.url)}; run id {result.run_id}")
+            out.print(_shown(line))
+    err.print(f"{result.samples} samples stored in {_store_shown(cfg.store.url)}; run id {result.run_id}")
     raise typer.Exit(result.exit_code)
 
 
@@ -98,8 +114,8 @@ def suites(config: ConfigOption = None) -> None:
     table = Table("suite", "probes", "description", "file")
     for name, path in available_suites(cfg.suite_paths).items():
         suite = load_suite(name, cfg.suite_paths)
-        table.add_row(name, ", ".join(dict.fromkeys(e.probe.name for e in suite.entries)),
-                      escape(suite.description), escape(str(path)))
+        table.add_row(_shown(name), _shown(", ".join(dict.fromkeys(e.probe.name for e in suite.entries))),
+                      _shown(suite.description), _shown(path))
     out.print(table)
 
 
@@ -112,8 +128,8 @@ def targets(config: ConfigOption = None) -> None:
     cfg = _config(config)
     table = Table("target", "protocol", "base_url", "model", "api key from", "max concurrency")
     for name, t in cfg.targets.items():
-        table.add_row(name, t.protocol, "(in-process emulator)" if t.is_emulator else escape(t.base_url or ""),
-                      escape(t.model), t.api_key_env or "-", str(t.max_concurrency))
+        table.add_row(_shown(name), t.protocol, "(in-process emulator)" if t.is_emulator else _shown(t.base_url or ""),
+                      _shown(t.model), _shown(t.api_key_env or "-"), str(t.max_concurrency))
     out.print(table)
 
 
@@ -141,8 +157,8 @@ def runs(
     table.columns.insert(0, Column("run", no_wrap=True))
     table.columns[1].no_wrap = table.columns[2].no_wrap = True
     for r in rows:
-        table.add_row(r["id"], escape(r["suite"]), r["started_at"].strftime("%Y-%m-%d %H:%M:%S"), r["status"],
-                      escape(", ".join(r.get("targets") or [])), str(r.get("sample_count", 0)),
+        table.add_row(_shown(r["id"]), _shown(r["suite"]), r["started_at"].strftime("%Y-%m-%d %H:%M:%S"),
+                      _shown(r["status"]), _shown(", ".join(r.get("targets") or [])), str(r.get("sample_count", 0)),
                       str(r.get("error_count", 0)))
     out.print(table)
 
@@ -159,13 +175,14 @@ def show(
     """
     from prober.records import Metric
     from store import Store
+    from store.engine import redacted
 
     cfg = _config(config, db)
     store = Store.open(cfg.store.url)
     try:
         found = store.get_run(run_id)
         if found is None:
-            raise ConfigError(f"no run with id {run_id!r} in {cfg.store.url}")
+            raise ConfigError(f"no run with id {run_id!r} in {redacted(cfg.store.url)}")
         rows = store.metrics(found["id"])
     finally:
         store.close()
@@ -184,14 +201,14 @@ def _fmt(value: float | None) -> str:
 
 def _print_metrics(metrics, title: str) -> None:
     """One narrow table per target and probe: rows grouped by their labels (e.g. concurrency)."""
-    out.print(escape(title))
+    out.print(_shown(title))
     groups: dict[tuple[str, str], list] = {}
     for m in metrics:
         groups.setdefault((m.target, m.probe), []).append(m)
     for (target_name, probe_name), rows in groups.items():
         table = Table(Column("labels", no_wrap=True), Column("metric", no_wrap=True), "value", "95% CI",
                       "n", "unit",
-                      title=f"{escape(target_name)} / {probe_name}")
+                      title=f"{_shown(target_name)} / {_shown(probe_name)}")
         order = {name: i for i, name in enumerate(dict.fromkeys(m.name for m in rows))}
 
         def label_key(m):
@@ -200,8 +217,8 @@ def _print_metrics(metrics, title: str) -> None:
         for m in sorted(rows, key=lambda m: (label_key(m), order[m.name])):
             labels = ", ".join(f"{k}={v}" for k, v in sorted(m.labels.items()))
             ci = f"{_fmt(m.ci_low)} .. {_fmt(m.ci_high)}" if m.ci_low is not None else ""
-            table.add_row(escape(labels), m.name, _fmt(m.value), ci, "" if m.n is None else str(m.n),
-                          m.unit or "")
+            table.add_row(_shown(labels), _shown(m.name), _fmt(m.value), ci, "" if m.n is None else str(m.n),
+                          _shown(m.unit or ""))
         out.print(table)
 
 
@@ -272,13 +289,13 @@ def history(
         store.close()
     table = Table(Column("run started (UTC)", no_wrap=True), Column("run", no_wrap=True), "suite", "target",
                   Column("labels", no_wrap=True), "value", "95% CI", "n", "unit", "run status",
-                  title=escape(metric))
+                  title=_shown(metric))
     for r in rows:
         ci = f"{_fmt(r['ci_low'])} .. {_fmt(r['ci_high'])}" if r["ci_low"] is not None else ""
-        table.add_row(r["run_started_at"].strftime("%Y-%m-%d %H:%M:%S"), r["run_id"], escape(r["suite"]),
-                      escape(r["target"]), escape(", ".join(f"{k}={v}" for k, v in sorted((r["labels"] or {}).items()))),
-                      _fmt(r["value"]), ci, "" if r["n"] is None else str(r["n"]), escape(r["unit"] or ""),
-                      r["run_status"])
+        table.add_row(r["run_started_at"].strftime("%Y-%m-%d %H:%M:%S"), _shown(r["run_id"]), _shown(r["suite"]),
+                      _shown(r["target"]), _shown(", ".join(f"{k}={v}" for k, v in sorted((r["labels"] or {}).items()))),
+                      _fmt(r["value"]), ci, "" if r["n"] is None else str(r["n"]), _shown(r["unit"] or ""),
+                      _shown(r["run_status"]))
     out.print(table)
 
 
@@ -301,6 +318,7 @@ def export(
     from reports.export import TABLE_FORMATS, export_tables
     from reports.prometheus import describe, exposition
     from store import Store
+    from store.engine import redacted
 
     if fmt not in (*TABLE_FORMATS, "prometheus"):
         raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(TABLE_FORMATS)}, prometheus")
@@ -311,7 +329,7 @@ def export(
         if run_id is not None:
             found = store.get_run(run_id)
             if found is None:
-                raise ConfigError(f"no run with id {run_id!r} in {cfg.store.url}")
+                raise ConfigError(f"no run with id {run_id!r} in {redacted(cfg.store.url)}")
             run_id = found["id"]
         if fmt == "prometheus":
             rows = store.metric_history(since=start, run_id=run_id, target=target)
@@ -321,7 +339,7 @@ def export(
             partial = out_dir / ".prober.prom.partial"
             partial.write_text(exposition(rows), encoding="utf-8")
             partial.replace(path)
-            err.print(f"exported {escape(describe(rows))}")
+            err.print(f"exported {_shown(describe(rows))}")
             written = [path.resolve()]
         else:
             written = export_tables(store, fmt, out_dir, since=start, run_id=run_id, target=target)
@@ -446,7 +464,7 @@ def main() -> None:
         code = app(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except ProberError as exc:
-        err.print(f"error: {escape(str(exc))}")
+        err.print(f"error: {_shown(exc)}")
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

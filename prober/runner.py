@@ -27,6 +27,7 @@ from prober.errors import ConfigError
 from prober.looplag import LoopLagMonitor
 from prober.progress import RunProgress
 from prober.records import Metric, Run, utcnow
+from prober.redact import register_config
 from prober.session import TargetGate, TargetSession
 from prober.sink import SampleSink
 from prober.targets import make_adapter
@@ -58,6 +59,9 @@ def prepare(config: ProberConfig, suite_name: str, target_names: list[str] | Non
         raise ConfigError(f"{config.source}: no targets configured")
     targets = [config.target(name) for name in names]
     keys = {t.name: t.api_key(config.source) for t in targets}
+    for t in targets:
+        t.env_headers(config.source)   # an unset variable is a usage error now, not mid-run
+    register_config(config)            # every secret it names is masked in what the run stores or prints
     return suite, targets, keys
 
 

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from prober.errors import ConfigError
 from prober.records import Metric, Run, utcnow
+from prober.redact import redact_text, redact_value
 from store.engine import open_engine, redacted, write_transaction
 from store.migrations import migrate
 from store.rows import metric_row, run_row
@@ -104,7 +105,7 @@ class Store:
             if loop_lag is not None:
                 values["loop_lag"] = loop_lag
             if notes:
-                values["notes"] = {**(_current_notes(conn, run_id) or {}), **notes}
+                values["notes"] = {**(_current_notes(conn, run_id) or {}), **redact_value(notes)}
             return conn.execute(runs.update().where(runs.c.id == run_id).values(values)).rowcount
 
         if write_transaction(self._engine, work) == 0:
@@ -254,7 +255,7 @@ class Store:
                 raise ValueError(f"alert state must be one of {', '.join(ALERT_STATES)}, not {row['state']!r}")
 
         def work(conn: sa.Connection) -> list[int]:
-            for row in alert_rows:
+            for row in map(redact_value, alert_rows):
                 exists = conn.execute(sa.select(alerts.c.key).where(alerts.c.key == row["key"])).first()
                 if exists:
                     conn.execute(alerts.update().where(alerts.c.key == row["key"]).values(row))
@@ -262,7 +263,7 @@ class Store:
                     conn.execute(alerts.insert().values(row))
             ids: list[int] = []
             for event in events:
-                event_id = conn.execute(alert_events.insert().values(event)).inserted_primary_key[0]
+                event_id = conn.execute(alert_events.insert().values(redact_value(event))).inserted_primary_key[0]
                 ids.append(event_id)
                 for sink in sinks:
                     conn.execute(alert_deliveries.insert().values(event_id=event_id, sink=sink, attempts=0))
@@ -302,7 +303,7 @@ class Store:
             conn.execute(alert_deliveries.update()
                          .where(alert_deliveries.c.event_id == event_id, alert_deliveries.c.sink == sink)
                          .values(attempts=alert_deliveries.c.attempts + 1, delivered_at=delivered_at,
-                                 last_error=error))
+                                 last_error=None if error is None else redact_text(error)))
 
         write_transaction(self._engine, work)
 
