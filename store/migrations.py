@@ -173,10 +173,26 @@ def _m002_alerts(conn: sa.Connection) -> None:
     md.create_all(conn)
 
 
+def _m003_store_identity(conn: sa.Connection) -> None:
+    """store_identity: one row naming this database, so that alert event ids from two stores
+    (production and a drill) never collide at a receiver that drops duplicates by event id."""
+    import uuid
+
+    md = sa.MetaData()
+    table = sa.Table(
+        "store_identity", md,
+        sa.Column("id", sa.Text, primary_key=True),
+        sa.Column("created_at", UTCDateTime, nullable=False),
+    )
+    md.create_all(conn)
+    conn.execute(table.insert().values(id=uuid.uuid4().hex[:16], created_at=utcnow()))
+
+
 # Append new migrations here; never edit or reorder the ones above.
 MIGRATIONS: list[Migration] = [
     _m001_initial,
     _m002_alerts,
+    _m003_store_identity,
 ]
 
 

@@ -20,7 +20,17 @@ from prober.redact import redact_text, redact_value
 from store.engine import open_engine, redacted, write_transaction
 from store.migrations import migrate
 from store.rows import metric_row, run_row
-from store.schema import ALERT_STATES, RUN_STATUSES, alert_deliveries, alert_events, alerts, metrics, runs, samples
+from store.schema import (
+    ALERT_STATES,
+    RUN_STATUSES,
+    alert_deliveries,
+    alert_events,
+    alerts,
+    metrics,
+    runs,
+    samples,
+    store_identity,
+)
 from store.writer import SampleWriteError, SampleWriter
 
 if TYPE_CHECKING:
@@ -36,6 +46,7 @@ class Store:
         """Use `Store.open(url)`, which also checks and migrates the database."""
         self._engine = engine
         self._writers: list[SampleWriter] = []
+        self._identity: str | None = None
 
     @classmethod
     def open(cls, url: str, *, sqlite_busy_timeout: float = 30.0) -> "Store":
@@ -56,6 +67,19 @@ class Store:
     def url(self) -> str:
         """The database URL, password hidden."""
         return redacted(self._engine.url)
+
+    @property
+    def identity(self) -> str:
+        """This database's identity (random, drawn by the migration that created its row)."""
+        if self._identity is None:
+            with self._engine.connect() as conn:
+                self._identity = conn.execute(sa.select(store_identity.c.id)).scalar_one()
+        return self._identity
+
+    def public_event_id(self, row_id: int) -> str:
+        """An outbox event's id as sinks see it (X-Prober-Event): unique across stores, so that a
+        drill's event 1 and production's event 1 are not taken for duplicates."""
+        return f"{self.identity}-{row_id}"
 
     @property
     def backend(self) -> str:
@@ -272,7 +296,8 @@ class Store:
         return write_transaction(self._engine, work)
 
     def alert_events(self, alert_key: str | None = None) -> list[dict[str, Any]]:
-        """Outbox events in the order they happened, each with `deliveries`: {sink: delivery row}."""
+        """Outbox events in the order they happened, each with `deliveries`: {sink: delivery row}
+        and `event_id`, the id sinks see."""
         query = sa.select(alert_events).order_by(alert_events.c.id)
         if alert_key is not None:
             query = query.where(alert_events.c.alert_key == alert_key)
@@ -281,6 +306,7 @@ class Store:
             by_id = {event["id"]: event for event in events}
             for event in events:
                 event["deliveries"] = {}
+                event["event_id"] = self.public_event_id(event["id"])
             if by_id:
                 for row in conn.execute(sa.select(alert_deliveries)
                                         .where(alert_deliveries.c.event_id.in_(list(by_id)))):
@@ -288,13 +314,15 @@ class Store:
         return events
 
     def pending_deliveries(self, sink: str) -> list[dict[str, Any]]:
-        """Events not yet delivered to this sink, oldest first, with `attempts` and `last_error`."""
+        """Events not yet delivered to this sink, oldest first, with `attempts`, `last_error` and
+        `event_id`, the id sinks see."""
         query = (sa.select(alert_events, alert_deliveries.c.attempts, alert_deliveries.c.last_error)
                  .join(alert_deliveries, alert_deliveries.c.event_id == alert_events.c.id)
                  .where(alert_deliveries.c.sink == sink, alert_deliveries.c.delivered_at.is_(None))
                  .order_by(alert_events.c.id))
         with self._engine.connect() as conn:
-            return [dict(row._mapping) for row in conn.execute(query)]
+            rows = [dict(row._mapping) for row in conn.execute(query)]
+        return [{**row, "event_id": self.public_event_id(row["id"])} for row in rows]
 
     def record_delivery(self, event_id: int, sink: str, delivered_at: dt.datetime | None,
                         error: str | None = None) -> None:

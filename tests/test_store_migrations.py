@@ -45,14 +45,15 @@ def test_new_database_gets_the_whole_schema(store_url):
     engine = open_engine(store_url)
     try:
         assert set(sa.inspect(engine).get_table_names()) == {"runs", "samples", "metrics", "schema_migrations",
-                                                              "alerts", "alert_events", "alert_deliveries"}
+                                                              "alerts", "alert_events", "alert_deliveries", "store_identity"}
         assert _columns(engine, "runs") == RUN_COLUMNS
         assert _columns(engine, "samples") == SAMPLE_COLUMNS
         assert _columns(engine, "metrics") == METRIC_COLUMNS
         assert _indexes(engine, "runs") == {"ix_runs_suite_started_at": ["suite", "started_at"]}
         assert _indexes(engine, "samples") == {"ix_samples_run_id": ["run_id"]}
         assert _indexes(engine, "metrics") == {"ix_metrics_run_id": ["run_id"]}
-        assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial"), (2, "m002_alerts")]
+        assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial"), (2, "m002_alerts"),
+                                                                (3, "m003_store_identity")]
         assert schema_version(engine) == len(MIGRATIONS)
     finally:
         engine.dispose()
