@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import re
 import secrets
+import sqlite3
 import textwrap
 from pathlib import Path
 
@@ -37,6 +38,11 @@ RAW_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u206
 @pytest.fixture(scope="module")
 def hostile_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hostile")
+    # A connection kept open keeps SQLite from deleting the write-ahead log when prober's last
+    # connection closes, so that the WAL's raw bytes are there to be searched too.
+    Store.open(f"sqlite:///{tmp}/p.db").close()
+    keeper = sqlite3.connect(tmp / "p.db")
+    keeper.execute("SELECT count(*) FROM runs").fetchall()
     with HostileServer() as server:
         (tmp / "prober.toml").write_text(textwrap.dedent(f"""
             [store]
@@ -79,7 +85,8 @@ def hostile_run(tmp_path_factory):
     for fmt in ("csv", "parquet", "prometheus"):
         done = run(f"export-{fmt}", "export", "--format", fmt, "--out", "export")
         assert done.returncode == 0, done.stderr
-    return tmp, cli, received, rows
+    yield tmp, cli, received, rows
+    keeper.close()
 
 
 def _files(tmp: Path) -> list[Path]:
@@ -104,7 +111,7 @@ def test_no_canary_in_the_database_reports_exports_or_output(hostile_run):
     tmp, cli, _, _ = hostile_run
     files = _files(tmp)
     names = {p.name for p in files}
-    assert {"p.db", "samples.csv", "samples.parquet", "metrics.csv", "prober.prom"} <= names
+    assert {"p.db", "p.db-wal", "samples.csv", "samples.parquet", "metrics.csv", "prober.prom"} <= names
     assert {p.suffix for p in files} >= {".html", ".md", ".json"}
     for canary in CANARIES.values():
         # The random part alone: a prefix or suffix of the key left behind would show it too.
