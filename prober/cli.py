@@ -51,7 +51,8 @@ def _shown(value: Any) -> str:
     return escape(escape_controls(redact_text(str(value))))
 
 
-def _store_shown(url: str) -> str:
+def _url_shown(url: str) -> str:
+    """A URL for the terminal: a password in it masked whatever its length."""
     from store.engine import redacted
 
     return _shown(redacted(url))
@@ -98,7 +99,7 @@ def run(
 
         for line in describe(result.alerts):
             out.print(_shown(line))
-    err.print(f"{result.samples} samples stored in {_store_shown(cfg.store.url)}; run id {result.run_id}")
+    err.print(f"{result.samples} samples stored in {_url_shown(cfg.store.url)}; run id {result.run_id}")
     raise typer.Exit(result.exit_code)
 
 
@@ -128,7 +129,7 @@ def targets(config: ConfigOption = None) -> None:
     cfg = _config(config)
     table = Table("target", "protocol", "base_url", "model", "api key from", "max concurrency")
     for name, t in cfg.targets.items():
-        table.add_row(_shown(name), t.protocol, "(in-process emulator)" if t.is_emulator else _shown(t.base_url or ""),
+        table.add_row(_shown(name), t.protocol, "(in-process emulator)" if t.is_emulator else _url_shown(t.base_url or ""),
                       _shown(t.model), _shown(t.api_key_env or "-"), str(t.max_concurrency))
     out.print(table)
 

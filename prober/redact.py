@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 MASK = "***"
 MIN_SECRET_CHARS = 8
+_SCALARS = frozenset({int, float, bool, type(None)})
 
 
 def _spellings(secret: str) -> set[str]:
@@ -41,6 +42,8 @@ class Redactor:
         self._secrets: set[str] = set()
         self._spelled: list[str] = []
         self._pattern: re.Pattern[str] | None = None
+        self._cut_pattern: re.Pattern[str] | None = None
+        self._longest = 0
         self.add(secrets)
 
     @property
@@ -56,16 +59,27 @@ class Redactor:
         # Longest first, so that a spelling containing another is masked whole.
         self._spelled = sorted(spelled, key=len, reverse=True)
         self._pattern = re.compile("|".join(map(re.escape, self._spelled)))
+        # A secret's first or last MIN_SECRET_CHARS characters: where a cut one may begin or end.
+        ends = {form[:MIN_SECRET_CHARS] for form in self._spelled} | {form[-MIN_SECRET_CHARS:] for form in self._spelled}
+        self._cut_pattern = re.compile("|".join(map(re.escape, ends)))
+        self._longest = len(self._spelled[0])
 
     def text(self, text: str) -> str:
-        if self._pattern is None or not text:
+        if self._pattern is None or len(text) < MIN_SECRET_CHARS:
             return text
-        text = self._pattern.sub(MASK, text)
+        # `in` is a fast substring search; the alternation only runs where a secret is present.
+        if any(form in text for form in self._spelled):
+            text = self._pattern.sub(MASK, text)
         return self._cut_ends(text)
 
     def _cut_ends(self, text: str) -> str:
         """Mask a secret cut by truncation (an error body kept to its first 200 bytes ends inside
         the key): a tail that is a secret's beginning, or a head that is its end."""
+        assert self._cut_pattern is not None
+        window = self._longest - 1
+        if not (self._cut_pattern.search(text, max(0, len(text) - window))
+                or self._cut_pattern.search(text, 0, window)):
+            return text   # the common case: one search at each end, nothing cut there
         for secret in self._spelled:
             start = max(0, len(text) - len(secret) + 1)
             head = secret[:MIN_SECRET_CHARS]
@@ -89,12 +103,17 @@ class Redactor:
         """Strings anywhere inside dicts, lists and tuples (keys too) masked; other values as they are."""
         if self._pattern is None:
             return value
-        if isinstance(value, str):
+        return self._walk(value)
+
+    def _walk(self, value: Any) -> Any:
+        # Exact types first: a row holds long lists of numbers (chunk offsets), skipped cheaply.
+        kind = type(value)
+        if kind is str or isinstance(value, str):
             return self.text(value)
-        if isinstance(value, dict):
-            return {self.value(k): self.value(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(self.value(v) for v in value)
+        if kind is dict or isinstance(value, dict):
+            return {self._walk(k): self._walk(v) for k, v in value.items()}
+        if kind is list or kind is tuple or isinstance(value, (list, tuple)):
+            return type(value)(v if type(v) in _SCALARS else self._walk(v) for v in value)
         return value
 
 
@@ -140,6 +159,8 @@ def config_secrets(config: "ProberConfig") -> list[str]:
     for sink in config.sinks:
         names += [sink.secret_env, sink.url_env]
         values.append(_url_password(sink.url))
+    if config.store.url.startswith("postgres"):
+        names.append("PGPASSWORD")   # libpq's (and psycopg's) password, for a URL without one
     values += [os.environ.get(name) for name in names if name]
     return [v for v in values if v]
 

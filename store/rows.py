@@ -17,6 +17,11 @@ def without_secrets(headers: dict[str, Any] | None, keep_prefixes: tuple[str, ..
             if not is_credential_header(name) or name.lower().startswith(keep_prefixes)}
 
 
+def _redacted(row: dict[str, Any]) -> dict[str, Any]:
+    """Every value of a row with the configured secrets masked (column names are ours)."""
+    return {column: redact_value(value) for column, value in row.items()}
+
+
 def output_fields(text: str | None, max_chars: int | None) -> dict[str, Any]:
     """The stored (bounded) output, with the sha256 and length of the full text."""
     text = text or ""
@@ -35,7 +40,7 @@ def sample_row(sample: Sample, max_output_chars: int | None) -> dict[str, Any]:
     before it is hashed and bounded, so that a cut cannot leave half a key behind."""
     ex = sample.exchange
     offsets = ex.offsets_ms()
-    return redact_value({
+    return _redacted({
         "run_id": sample.run_id,
         "target": sample.target,
         "probe": sample.probe,
@@ -74,7 +79,7 @@ def sample_row(sample: Sample, max_output_chars: int | None) -> dict[str, Any]:
 
 
 def run_row(run: Run) -> dict[str, Any]:
-    return redact_value({
+    return _redacted({
         "id": run.id,
         "suite": run.suite,
         "started_at": run.started_at,
@@ -91,7 +96,7 @@ def run_row(run: Run) -> dict[str, Any]:
 
 
 def metric_row(metric: Metric) -> dict[str, Any]:
-    return redact_value({
+    return _redacted({
         "run_id": metric.run_id,
         "target": metric.target,
         "probe": metric.probe,
