@@ -129,7 +129,8 @@ def targets(config: ConfigOption = None) -> None:
     cfg = _config(config)
     table = Table("target", "protocol", "base_url", "model", "api key from", "max concurrency")
     for name, t in cfg.targets.items():
-        table.add_row(_shown(name), t.protocol, "(in-process emulator)" if t.is_emulator else _url_shown(t.base_url or ""),
+        url = "(in-process emulator)" if t.is_emulator else _url_shown(t.base_url or "")
+        table.add_row(_shown(name), t.protocol, url,
                       _shown(t.model), _shown(t.api_key_env or "-"), str(t.max_concurrency))
     out.print(table)
 
@@ -294,7 +295,8 @@ def history(
     for r in rows:
         ci = f"{_fmt(r['ci_low'])} .. {_fmt(r['ci_high'])}" if r["ci_low"] is not None else ""
         table.add_row(r["run_started_at"].strftime("%Y-%m-%d %H:%M:%S"), _shown(r["run_id"]), _shown(r["suite"]),
-                      _shown(r["target"]), _shown(", ".join(f"{k}={v}" for k, v in sorted((r["labels"] or {}).items()))),
+                      _shown(r["target"]),
+                      _shown(", ".join(f"{k}={v}" for k, v in sorted((r["labels"] or {}).items()))),
                       _fmt(r["value"]), ci, "" if r["n"] is None else str(r["n"]), _shown(r["unit"] or ""),
                       _shown(r["run_status"]))
     out.print(table)

@@ -60,7 +60,7 @@ class Redactor:
         self._spelled = sorted(spelled, key=len, reverse=True)
         self._pattern = re.compile("|".join(map(re.escape, self._spelled)))
         # A secret's first or last MIN_SECRET_CHARS characters: where a cut one may begin or end.
-        ends = {form[:MIN_SECRET_CHARS] for form in self._spelled} | {form[-MIN_SECRET_CHARS:] for form in self._spelled}
+        ends = {end for form in self._spelled for end in (form[:MIN_SECRET_CHARS], form[-MIN_SECRET_CHARS:])}
         self._cut_pattern = re.compile("|".join(map(re.escape, ends)))
         self._longest = len(self._spelled[0])
 

@@ -45,7 +45,8 @@ def test_new_database_gets_the_whole_schema(store_url):
     engine = open_engine(store_url)
     try:
         assert set(sa.inspect(engine).get_table_names()) == {"runs", "samples", "metrics", "schema_migrations",
-                                                              "alerts", "alert_events", "alert_deliveries", "store_identity"}
+                                                              "alerts", "alert_events", "alert_deliveries",
+                                                              "store_identity"}
         assert _columns(engine, "runs") == RUN_COLUMNS
         assert _columns(engine, "samples") == SAMPLE_COLUMNS
         assert _columns(engine, "metrics") == METRIC_COLUMNS
