@@ -89,3 +89,22 @@ def test_control_characters_are_escaped_and_ordinary_text_kept():
     assert escape_controls("a\nb\tc\x1b", keep="\n\t") == "a\nb\tc\\x1b"
     ordinary = "Grüße, 東京, 👩\u200d💻, \\ and \"quotes\""
     assert escape_controls(ordinary) == ordinary
+
+
+def test_the_cli_consoles_mask_whatever_line_prints_a_secret(capsys):
+    """The runner's and the drill's own lines reach the terminal through the CLI's consoles, not
+    through the table helpers: the stream itself masks."""
+    import secrets
+
+    from rich.console import Console
+
+    from prober.redact import RedactingStream, register
+
+    canary = f"sk-console-canary-{secrets.token_hex(16)}"
+    register([canary])
+    for stderr in (False, True):
+        Console(file=RedactingStream(stderr=stderr), stderr=stderr, width=200).print(
+            f"target t: 401 Incorrect API key provided: Bearer {canary}", markup=False)
+    captured = capsys.readouterr()
+    assert canary not in captured.out + captured.err
+    assert f"Bearer {MASK}" in captured.out and f"Bearer {MASK}" in captured.err
