@@ -15,8 +15,10 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 from prober.config import load_config
+from prober.controlchars import escape_controls
 from prober.errors import ConfigError, ProberError
 from prober.store_access import open_store, require_known_target
+from prober.redact import RedactingStream, redact_text, register_config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="Black-box conformance and drift prober for LLM APIs.")
@@ -27,9 +29,10 @@ app.add_typer(local_app, name="local")
 # Cron and CI capture stdout: without a terminal rich would assume 80 columns and squeeze the
 # value columns of a metrics table away, so give captured output room unless COLUMNS says otherwise.
 _CAPTURED_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
-out = Console(highlight=False, width=_CAPTURED_WIDTH)
+# Both consoles mask the configured secrets in everything they write (prober/redact.py);
 # soft_wrap: an error is one line however long, so cron logs and grep see it whole.
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(file=RedactingStream(), highlight=False, width=_CAPTURED_WIDTH)
+err = Console(file=RedactingStream(stderr=True), stderr=True, highlight=False, soft_wrap=True)
 
 ConfigOption = Annotated[Optional[Path], typer.Option("--config", "-c", help="prober.toml to use "
                          "(default: ./prober.toml if present, else built-in targets local and emulator)")]
@@ -43,7 +46,21 @@ def _config(path: Path | None, db: str | None = None):
     check_rules_known(config.slo, config.source)
     if db:
         config.store.url = db
+    register_config(config)
     return config
+
+
+def _shown(value: Any) -> str:
+    """Stored or endpoint-supplied text for a table cell or a line: secrets masked, control
+    characters escaped (prober/controlchars.py), rich markup inert."""
+    return escape(escape_controls(redact_text(str(value))))
+
+
+def _url_shown(url: str) -> str:
+    """A URL for the terminal: a password in it masked whatever its length."""
+    from store.engine import redacted
+
+    return _shown(redacted(url))
 
 
 def _parse_param(text: str) -> tuple[str, Any]:
@@ -81,19 +98,19 @@ def run(
     result = Runner(cfg, err).run(suite, target or None, overrides)
     _print_metrics(result.metrics, title=f"run {result.run_id} ({result.status})")
     for problem in result.problems:
-        err.print(f"problem: {escape(problem)}")
+        err.print(f"problem: {_shown(problem)}")
     if result.alerts is not None:
         from reports.alerts import describe
 
         for line in describe(result.alerts):
-            out.print(escape(line))
+            out.print(_shown(line))
     from reports.run_lines import target_lines
 
     for line in result.warnings:
-        err.print(escape(line))
+        err.print(_shown(line))
     for line in target_lines(result.targets, result.slo_states):
-        out.print(escape(line))
-    err.print(f"{result.samples} samples stored in {escape(cfg.store.url)}; run id {result.run_id}")
+        out.print(_shown(line))
+    err.print(f"{result.samples} samples stored in {_url_shown(cfg.store.url)}; run id {result.run_id}")
     raise typer.Exit(result.exit_code)
 
 
@@ -109,8 +126,8 @@ def suites(config: ConfigOption = None) -> None:
     table = Table("suite", "probes", "description", "file")
     for name, path in available_suites(cfg.suite_paths).items():
         suite = load_suite(name, cfg.suite_paths)
-        table.add_row(name, ", ".join(dict.fromkeys(e.probe.name for e in suite.entries)),
-                      escape(suite.description), escape(str(path)))
+        table.add_row(_shown(name), _shown(", ".join(dict.fromkeys(e.probe.name for e in suite.entries))),
+                      _shown(suite.description), _shown(path))
     out.print(table)
 
 
@@ -123,8 +140,9 @@ def targets(config: ConfigOption = None) -> None:
     cfg = _config(config)
     table = Table("target", "protocol", "base_url", "model", "api key from", "max concurrency")
     for name, t in cfg.targets.items():
-        table.add_row(name, t.protocol, "(in-process emulator)" if t.is_emulator else escape(t.base_url or ""),
-                      escape(t.model), t.api_key_env or "-", str(t.max_concurrency))
+        url = "(in-process emulator)" if t.is_emulator else _url_shown(t.base_url or "")
+        table.add_row(_shown(name), t.protocol, url,
+                      _shown(t.model), _shown(t.api_key_env or "-"), str(t.max_concurrency))
     out.print(table)
 
 
@@ -151,8 +169,9 @@ def runs(
     table.columns.insert(0, Column("run", no_wrap=True))
     table.columns[1].no_wrap = table.columns[2].no_wrap = True
     for r in rows:
-        table.add_row(r["id"], escape(r["suite"]), r["started_at"].strftime("%Y-%m-%d %H:%M:%S"), r["status"],
-                      escape(target_status_text(r)), str(r.get("sample_count", 0)), str(r.get("error_count", 0)))
+        table.add_row(_shown(r["id"]), _shown(r["suite"]), r["started_at"].strftime("%Y-%m-%d %H:%M:%S"),
+                      _shown(r["status"]), _shown(target_status_text(r)), str(r.get("sample_count", 0)),
+                      str(r.get("error_count", 0)))
     out.print(table)
 
 
@@ -169,13 +188,14 @@ def show(
     """
     from prober.records import Metric
     from reports.run_lines import provenance_lines, rule_state_lines
+    from store.engine import redacted
 
     cfg = _config(config, db)
     store = open_store(cfg.store.url, err)
     try:
         found = store.get_run(run_id)
         if found is None:
-            raise ConfigError(f"no run with id {run_id!r} in {cfg.store.url}")
+            raise ConfigError(f"no run with id {run_id!r} in {redacted(cfg.store.url)}")
         rows = store.metrics(found["id"])
         entries = store.run_entries(found["id"])
     finally:
@@ -183,10 +203,10 @@ def show(
     metrics = [Metric(**{k: r[k] for k in ("run_id", "target", "probe", "name", "value", "labels", "ci_low",
                                            "ci_high", "n", "unit")}) for r in rows]
     for line in provenance_lines(found, entries):
-        out.print(escape(line), soft_wrap=True)
+        out.print(_shown(line), soft_wrap=True)
     _print_metrics(metrics, title=f"run {found['id']}: {found['suite']} ({found['status']})")
     for line in rule_state_lines(found, entries, rows, cfg.slo):
-        out.print(escape(line), soft_wrap=True)
+        out.print(_shown(line), soft_wrap=True)
 
 
 def _fmt(value: float | None) -> str:
@@ -199,14 +219,14 @@ def _fmt(value: float | None) -> str:
 
 def _print_metrics(metrics, title: str) -> None:
     """One narrow table per target and probe: rows grouped by their labels (e.g. concurrency)."""
-    out.print(escape(title))
+    out.print(_shown(title))
     groups: dict[tuple[str, str], list] = {}
     for m in metrics:
         groups.setdefault((m.target, m.probe), []).append(m)
     for (target_name, probe_name), rows in groups.items():
         table = Table(Column("labels", no_wrap=True), Column("metric", no_wrap=True), "value", "95% CI",
                       "n", "unit",
-                      title=f"{escape(target_name)} / {probe_name}")
+                      title=f"{_shown(target_name)} / {_shown(probe_name)}")
         order = {name: i for i, name in enumerate(dict.fromkeys(m.name for m in rows))}
 
         def label_key(m):
@@ -215,8 +235,8 @@ def _print_metrics(metrics, title: str) -> None:
         for m in sorted(rows, key=lambda m: (label_key(m), order[m.name])):
             labels = ", ".join(f"{k}={v}" for k, v in sorted(m.labels.items()))
             ci = f"{_fmt(m.ci_low)} .. {_fmt(m.ci_high)}" if m.ci_low is not None else ""
-            table.add_row(escape(labels), m.name, _fmt(m.value), ci, "" if m.n is None else str(m.n),
-                          m.unit or "")
+            table.add_row(_shown(labels), _shown(m.name), _fmt(m.value), ci, "" if m.n is None else str(m.n),
+                          _shown(m.unit or ""))
         out.print(table)
 
 
@@ -286,13 +306,14 @@ def history(
         store.close()
     table = Table(Column("run started (UTC)", no_wrap=True), Column("run", no_wrap=True), "suite", "target",
                   Column("labels", no_wrap=True), "value", "95% CI", "n", "unit", "run status",
-                  title=escape(metric))
+                  title=_shown(metric))
     for r in rows:
         ci = f"{_fmt(r['ci_low'])} .. {_fmt(r['ci_high'])}" if r["ci_low"] is not None else ""
-        table.add_row(r["run_started_at"].strftime("%Y-%m-%d %H:%M:%S"), r["run_id"], escape(r["suite"]),
-                      escape(r["target"]), escape(", ".join(f"{k}={v}" for k, v in sorted((r["labels"] or {}).items()))),
-                      _fmt(r["value"]), ci, "" if r["n"] is None else str(r["n"]), escape(r["unit"] or ""),
-                      r["run_status"])
+        table.add_row(r["run_started_at"].strftime("%Y-%m-%d %H:%M:%S"), _shown(r["run_id"]), _shown(r["suite"]),
+                      _shown(r["target"]),
+                      _shown(", ".join(f"{k}={v}" for k, v in sorted((r["labels"] or {}).items()))),
+                      _fmt(r["value"]), ci, "" if r["n"] is None else str(r["n"]), _shown(r["unit"] or ""),
+                      _shown(r["run_status"]))
     out.print(table)
 
 
@@ -314,6 +335,7 @@ def export(
     from reports.collect import parse_since
     from reports.export import TABLE_FORMATS, export_tables
     from reports.prometheus import describe, exposition
+    from store.engine import redacted
 
     if fmt not in (*TABLE_FORMATS, "prometheus"):
         raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(TABLE_FORMATS)}, prometheus")
@@ -324,7 +346,7 @@ def export(
         if run_id is not None:
             found = store.get_run(run_id)
             if found is None:
-                raise ConfigError(f"no run with id {run_id!r} in {cfg.store.url}")
+                raise ConfigError(f"no run with id {run_id!r} in {redacted(cfg.store.url)}")
             run_id = found["id"]
         if fmt == "prometheus":
             rows = store.metric_history(since=start, run_id=run_id, target=target)
@@ -334,7 +356,7 @@ def export(
             partial = out_dir / ".prober.prom.partial"
             partial.write_text(exposition(rows), encoding="utf-8")
             partial.replace(path)
-            err.print(f"exported {escape(describe(rows))}")
+            err.print(f"exported {_shown(describe(rows))}")
             written = [path.resolve()]
         else:
             written = export_tables(store, fmt, out_dir, since=start, run_id=run_id, target=target)
@@ -465,7 +487,7 @@ def main() -> None:
         code = app(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except ProberError as exc:
-        err.print(f"error: {escape(str(exc))}", soft_wrap=True)   # one line, however long
+        err.print(f"error: {_shown(exc)}", soft_wrap=True)   # one line, however long
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

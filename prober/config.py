@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from prober.errors import ConfigError
 from prober.urls import check_base_url
+from prober.redact import is_credential_header
 from prober.tomlfile import read_toml, validation_error
 
 DEFAULT_CONFIG_NAME = "prober.toml"
@@ -54,6 +55,8 @@ class TargetConfig(_Strict):
     model: str
     api_key_env: str | None = Field(None, description="name of the environment variable holding the key")
     headers: dict[str, str] = Field(default_factory=dict)
+    headers_env: dict[str, str] = Field(default_factory=dict, description="header name -> environment "
+                                        "variable holding its value, for gateway keys")
     max_concurrency: int = Field(512, ge=1)
     requests_per_second: float | None = Field(None, gt=0)
     timeouts: Timeouts = Field(default_factory=Timeouts)
@@ -69,6 +72,9 @@ class TargetConfig(_Strict):
             if key.lower() in ("authorization", "x-api-key", "api-key"):
                 raise ValueError(f"put the key in an environment variable and name it in api_key_env, "
                                  f"not in headers.{key}")
+            if is_credential_header(key):
+                raise ValueError(f"headers.{key} looks like a credential: put its value in an environment "
+                                 f"variable and name it in headers_env = {{ \"{key}\" = \"VARIABLE\" }}")
         return headers
 
     @field_validator("base_url")
@@ -85,6 +91,17 @@ class TargetConfig(_Strict):
     @property
     def is_emulator(self) -> bool:
         return self.emulator is not None
+
+    def env_headers(self, source: str = "the configuration") -> dict[str, str]:
+        """headers_env resolved; a named but unset variable is a configuration error."""
+        resolved = {}
+        for header, variable in self.headers_env.items():
+            value = os.environ.get(variable)
+            if not value:
+                raise ConfigError(f"{source}: targets.{self.name}.headers_env.{header}: environment variable "
+                                  f"{variable} is not set")
+            resolved[header] = value
+        return resolved
 
     def api_key(self, source: str) -> str | None:
         """The key from the environment; a named but unset variable is a configuration error."""

@@ -35,6 +35,7 @@ from prober.looplag import LoopLagMonitor
 from prober.progress import RunProgress
 from prober.provenance import entry_records, target_config_hash
 from prober.records import Metric, Run, utcnow
+from prober.redact import register_config
 from prober.session import TargetGate, TargetSession
 from prober.sink import SampleSink, SinkError
 from prober.store_access import open_store
@@ -74,6 +75,9 @@ def prepare(config: ProberConfig, suite_name: str, target_names: list[str] | Non
         raise ConfigError(f"{config.source}: no targets configured")
     targets = [config.target(name) for name in names]
     keys = {t.name: t.api_key(config.source) for t in targets}
+    for t in targets:
+        t.env_headers(config.source)   # an unset variable is a usage error now, not mid-run
+    register_config(config)            # every secret it names is masked in what the run stores or prints
     return suite, targets, keys
 
 

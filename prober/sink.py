@@ -20,6 +20,7 @@ import signal
 from typing import Any
 
 from prober.records import Sample
+from prober.redact import active_secrets, register
 
 _CONTEXT = multiprocessing.get_context("spawn")   # never fork a process that runs threads
 _POLL_SECONDS = 0.5
@@ -38,7 +39,8 @@ class SampleSink:
         self.count = 0
         self._process = _CONTEXT.Process(
             target=_sink_main, name="prober-sample-sink", daemon=True,
-            args=(store_url, max_output_chars, conformance, self._inbox, self._replies, os.getpid()))
+            args=(store_url, max_output_chars, conformance, self._inbox, self._replies, os.getpid(),
+                  active_secrets()))
         self._process.start()
         self._await_reply("ready", start_timeout)
 
@@ -83,12 +85,16 @@ class SampleSink:
 
 
 def _sink_main(store_url: str, max_output_chars: int | None, conformance: bool,
-               inbox: multiprocessing.Queue, replies: multiprocessing.Queue, parent_pid: int) -> None:
+               inbox: multiprocessing.Queue, replies: multiprocessing.Queue, parent_pid: int,
+               secrets: tuple[str, ...]) -> None:
     # Ctrl-C, `timeout` and systemd signal the whole process group; the parent decides when the
     # run stops, and then closes the sink, which still has samples to write. Should the parent
     # die instead, the loop below notices and stops after storing what arrived.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # A spawned child starts with an empty redactor: the parent's secrets come with the arguments
+    # (through the spawn pipe, never the command line), before the first row is built.
+    register(secrets)
     from prober.targets.conformance import check_exchange, prepare
     from store import Store
 

@@ -175,7 +175,7 @@ def deliver_outbox(store: Any, sinks: list[Sink]) -> list[Delivery]:
     done = []
     for sink in sinks:
         for pending in store.pending_deliveries(sink.name):
-            event = {**pending["payload"], "event_id": pending["id"]}
+            event = {**pending["payload"], "event_id": pending["event_id"]}
             try:
                 sink.send(event)
             except DeliveryError as exc:
@@ -197,7 +197,7 @@ def _renew_alertmanager(store: Any, sinks: list[Sink], still_firing: set[str]) -
                      if event["status"] == "firing"]
     for sink in managers:
         # An event still pending for this sink goes out with the outbox, not here.
-        delivered = [{**event["payload"], "event_id": event["id"]} for event in firing_events
+        delivered = [{**event["payload"], "event_id": event["event_id"]} for event in firing_events
                      if (event["deliveries"].get(sink.name) or {}).get("delivered_at") is not None]
         if delivered:
             try:

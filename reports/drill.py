@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from prober.config import EmulatorTarget, ProberConfig, SloRule, TargetConfig
+from prober.controlchars import escape_controls
 from reports.alerts import Delivery, event_payload, make_sinks
 from reports.sinks import webhook_body
 
@@ -37,6 +38,8 @@ class DrillResult:
     fired: list[dict[str, Any]] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)
     sinks: list[str] = field(default_factory=list)
+    temporary_store: bool = True
+    first_event_id: str | None = None   # as sinks see it (X-Prober-Event), with the store's identity
 
     @property
     def ok(self) -> bool:
@@ -65,7 +68,7 @@ def run_drill(config: ProberConfig, console: Console, store_url: str | None = No
               healthy_runs: int = 3) -> DrillResult:
     from prober.runner import Runner
 
-    result = DrillResult(sinks=[sink.name for sink in config.sinks])
+    result = DrillResult(sinks=[sink.name for sink in config.sinks], temporary_store=store_url is None)
     make_sinks(config)   # an unset URL or secret variable fails now, not after the runs
     with tempfile.TemporaryDirectory(prefix="prober-drill-") as tmp:
         scenario = Path(tmp) / "scenario.toml"
@@ -86,12 +89,23 @@ def run_drill(config: ProberConfig, console: Console, store_url: str | None = No
                               f"{'; '.join(outcome.problems)}", markup=False)
                 continue
             for row in evaluation.fired_now:
-                console.print(f"  FIRING [{row['severity']}] {row['summary']}", markup=False)
+                console.print(f"  FIRING [{row['severity']}] {escape_controls(row['summary'])}", markup=False)
             result.deliveries += evaluation.deliveries
             if regressed:
                 result.fired = evaluation.fired_now
+        result.first_event_id = _first_firing_event_id(drilled.store.url, result.fired)
         _show_arrivals(result, console)
     return result
+
+
+def _first_firing_event_id(store_url: str, fired: list[dict[str, Any]]) -> str | None:
+    from store import Store
+
+    if not fired:
+        return None
+    with Store.open(store_url) as store:
+        events = [e for e in store.alert_events(fired[0]["key"]) if e["status"] == "firing"]
+    return events[-1]["event_id"] if events else None
 
 
 def _show_arrivals(result: DrillResult, console: Console) -> None:
@@ -99,10 +113,14 @@ def _show_arrivals(result: DrillResult, console: Console) -> None:
         console.print("no [[sinks]] configured in prober.toml: nothing was sent. A webhook sink would have "
                       "received, for the first alert:", markup=False)
         if result.fired:
-            payload = {**event_payload(result.fired[0], "firing", result.fired[0]["last_run_id"]), "event_id": 1}
+            payload = {**event_payload(result.fired[0], "firing", result.fired[0]["last_run_id"]),
+                       "event_id": result.first_event_id}
             console.print(json.dumps(webhook_body(payload), indent=2, default=str), markup=False)
     for delivery in result.deliveries:
-        state = "delivered" if delivery.ok else f"FAILED ({delivery.error}); stays in the outbox for the next run"
+        # A temporary store is deleted when the drill ends: nothing would ever retry from it.
+        retry = ("the drill's store is temporary, so nothing retries it: fix the sink and drill again"
+                 if result.temporary_store else "stays in the outbox of that store for its next run")
+        state = "delivered" if delivery.ok else f"FAILED ({escape_controls(delivery.error or '')}); {retry}"
         console.print(f"  sink {delivery.sink}: {delivery.status} event {delivery.event_id} {state}: "
                       f"{delivery.key}", markup=False)
     if not result.ok:

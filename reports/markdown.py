@@ -2,6 +2,8 @@
 metric with its values across the window. Stored text is escaped: in prose and tables Markdown
 punctuation is backslash-escaped and `<`, `>`, `&` become entities, so that a renderer that allows
 raw HTML shows it as text; sample outputs go in fenced code blocks longer than any fence inside them.
+Control characters (an ESC in a server's fingerprint) are written as escapes everywhere, fenced
+blocks included, so that `cat report.md` cannot drive the terminal.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+from prober.controlchars import escape_controls
 from reports.collect import LatestMetric, Report, Section
 from reports.plots import Plot, label_text
 from reports.svg import fmt
@@ -19,12 +22,13 @@ _PUNCTUATION = re.compile(r"([\\`*_\[\]|])")
 
 def text(value: object) -> str:
     """Stored text made safe for Markdown prose and table cells: one line, nothing live."""
-    escaped = _PUNCTUATION.sub(r"\\\1", str(value))
+    escaped = _PUNCTUATION.sub(r"\\\1", escape_controls(str(value), keep="\n\t"))
     escaped = escaped.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return " ".join(escaped.split())
 
 
 def code_block(value: str) -> str:
+    value = escape_controls(value, keep="\n\t")
     longest = max((len(run) for run in re.findall(r"`+", value)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}text\n{value}\n{fence}"

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from prober.controlchars import escape_controls
+
 _INVALID_NAME = re.compile(r"[^a-zA-Z0-9_:]")
 _INVALID_LABEL = re.compile(r"[^a-zA-Z0-9_]")
 _RESERVED_LABELS = frozenset({"target", "suite", "job", "instance"})
@@ -39,11 +41,13 @@ def label_name(text: str) -> str:
 
 
 def label_value(value: Any) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    # Control characters first, as visible escapes whose backslash is then escaped like any
+    # other: the exposition format has only the escapes \\, \" and \n.
+    return escape_controls(str(value), keep="\n").replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _help_text(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+    return escape_controls(text, keep="\n").replace("\\", "\\\\").replace("\n", "\\n")
 
 
 def _number(value: float) -> str:

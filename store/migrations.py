@@ -213,6 +213,21 @@ def _m005_run_provenance(conn: sa.Connection) -> None:
     add_column(conn, "metrics", sa.Column("entry", sa.Text))
 
 
+def _m006_store_identity(conn: sa.Connection) -> None:
+    """store_identity: one row naming this database, so that alert event ids from two stores
+    (production and a drill) never collide at a receiver that drops duplicates by event id."""
+    import uuid
+
+    md = sa.MetaData()
+    table = sa.Table(
+        "store_identity", md,
+        sa.Column("id", sa.Text, primary_key=True),
+        sa.Column("created_at", UTCDateTime, nullable=False),
+    )
+    md.create_all(conn)
+    conn.execute(table.insert().values(id=uuid.uuid4().hex[:16], created_at=utcnow()))
+
+
 # Append new migrations here; never edit or reorder the ones above.
 MIGRATIONS: list[Migration] = [
     _m001_initial,
@@ -220,6 +235,7 @@ MIGRATIONS: list[Migration] = [
     _m003_sample_service_tier,
     _m004_run_lease,
     _m005_run_provenance,
+    _m006_store_identity,
 ]
 
 

@@ -5,14 +5,21 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from prober.records import Metric, Run, Sample
-
-# Adapters redact these already; the store drops them again, because a key on disk is a leak.
-SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key"})
+from prober.records import KEPT_HEADER_PREFIXES, Metric, Run, Sample
+from prober.redact import is_credential_header, redact_text, redact_value
 
 
-def without_secrets(headers: dict[str, Any] | None) -> dict[str, Any]:
-    return {name: value for name, value in (headers or {}).items() if name.lower() not in SECRET_HEADERS}
+def without_secrets(headers: dict[str, Any] | None, keep_prefixes: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Headers without the credential-like ones (adapters redact the key headers already; the store
+    drops every such header again, because a key on disk is a leak). `keep_prefixes`: names that
+    only look like credentials (x-ratelimit-remaining-tokens)."""
+    return {name: value for name, value in (headers or {}).items()
+            if not is_credential_header(name) or name.lower().startswith(keep_prefixes)}
+
+
+def _redacted(row: dict[str, Any]) -> dict[str, Any]:
+    """Every value of a row with the configured secrets masked (column names are ours)."""
+    return {column: redact_value(value) for column, value in row.items()}
 
 
 def output_fields(text: str | None, max_chars: int | None) -> dict[str, Any]:
@@ -29,9 +36,11 @@ def output_fields(text: str | None, max_chars: int | None) -> dict[str, Any]:
 
 
 def sample_row(sample: Sample, max_output_chars: int | None) -> dict[str, Any]:
+    """Every text in the row has the configured secrets masked (prober/redact.py), the output
+    before it is hashed and bounded, so that a cut cannot leave half a key behind."""
     ex = sample.exchange
     offsets = ex.offsets_ms()
-    return {
+    return _redacted({
         "run_id": sample.run_id,
         "target": sample.target,
         "probe": sample.probe,
@@ -46,12 +55,12 @@ def sample_row(sample: Sample, max_output_chars: int | None) -> dict[str, Any]:
         "request_headers": without_secrets(ex.request_headers),
         "stream": ex.stream,
         "http_status": ex.status,
-        "response_headers": without_secrets(ex.response_headers),
+        "response_headers": without_secrets(ex.response_headers, KEPT_HEADER_PREFIXES),
         "request_id": ex.request_id,
         "system_fingerprint": ex.system_fingerprint,
         "response_model": ex.response_model,
         "service_tier": ex.service_tier,
-        **output_fields(ex.text, max_output_chars),
+        **output_fields(redact_text(ex.text), max_output_chars),
         "tool_calls": ex.tool_calls,
         "finish_reason": ex.finish_reason,
         "usage": ex.usage,   # as the wire reported it: absent keys stay absent, None stays None
@@ -68,11 +77,11 @@ def sample_row(sample: Sample, max_output_chars: int | None) -> dict[str, Any]:
         "rejected_params": ex.rejected_params,
         "extra": ex.extra,
         "entry": sample.entry,
-    }
+    })
 
 
 def run_row(run: Run) -> dict[str, Any]:
-    return {
+    return _redacted({
         "id": run.id,
         "suite": run.suite,
         "started_at": run.started_at,
@@ -86,11 +95,11 @@ def run_row(run: Run) -> dict[str, Any]:
         "loop_lag": run.loop_lag,
         "notes": run.notes,
         "lease_expires_at": run.lease_expires_at,
-    }
+    })
 
 
 def metric_row(metric: Metric) -> dict[str, Any]:
-    return {
+    return _redacted({
         "run_id": metric.run_id,
         "target": metric.target,
         "probe": metric.probe,
@@ -102,4 +111,4 @@ def metric_row(metric: Metric) -> dict[str, Any]:
         "n": metric.n,
         "unit": metric.unit,
         "entry": metric.entry,
-    }
+    })

@@ -168,3 +168,11 @@ alert_deliveries = sa.Table(
     sa.Column("last_error", SafeText),
     sa.Index("ix_alert_deliveries_pending", "sink", "delivered_at"),
 )
+
+# One row: this database's identity, drawn when it was created (or upgraded to it). Alert event ids
+# sent to sinks carry it, so ids from two stores never collide.
+store_identity = sa.Table(
+    "store_identity", metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)

@@ -16,11 +16,12 @@ import sqlalchemy as sa
 
 from prober.errors import ConfigError
 from prober.records import Metric, Run, utcnow
+from prober.redact import redact_text, redact_value
 from store.engine import open_engine, redacted, write_transaction
 from store.migrations import migrate
 from store.rows import metric_row, run_row
 from store.schema import (ALERT_STATES, RUN_STATUSES, TARGET_STATUSES, alert_deliveries, alert_events, alerts,
-                          metrics, run_entries, run_targets, runs, samples)
+                          metrics, run_entries, run_targets, runs, samples, store_identity)
 from store.writer import SampleWriteError, SampleWriter
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ class Store:
         """Use `Store.open(url)`, which also checks and migrates the database."""
         self._engine = engine
         self._writers: list[SampleWriter] = []
+        self._identity: str | None = None
 
     @classmethod
     def open(cls, url: str, *, sqlite_busy_timeout: float = 30.0) -> "Store":
@@ -56,6 +58,19 @@ class Store:
     def url(self) -> str:
         """The database URL, password hidden."""
         return redacted(self._engine.url)
+
+    @property
+    def identity(self) -> str:
+        """This database's identity (random, drawn by the migration that created its row)."""
+        if self._identity is None:
+            with self._engine.connect() as conn:
+                self._identity = conn.execute(sa.select(store_identity.c.id)).scalar_one()
+        return self._identity
+
+    def public_event_id(self, row_id: int) -> str:
+        """An outbox event's id as sinks see it (X-Prober-Event): unique across stores, so that a
+        drill's event 1 and production's event 1 are not taken for duplicates."""
+        return f"{self.identity}-{row_id}"
 
     @property
     def backend(self) -> str:
@@ -105,7 +120,7 @@ class Store:
             if loop_lag is not None:
                 values["loop_lag"] = loop_lag
             if notes:
-                values["notes"] = {**(_current_notes(conn, run_id) or {}), **notes}
+                values["notes"] = {**(_current_notes(conn, run_id) or {}), **redact_value(notes)}
             return conn.execute(runs.update().where(runs.c.id == run_id).values(values)).rowcount
 
         if write_transaction(self._engine, work) == 0:
@@ -175,7 +190,7 @@ class Store:
             raise ValueError(f"target status must be one of {', '.join(TARGET_STATUSES)}, not {status!r}")
         write_transaction(self._engine, lambda conn: conn.execute(
             run_targets.update().where(run_targets.c.run_id == run_id, run_targets.c.target == target)
-            .values(status=status, reason=reason)))
+            .values(status=status, reason=None if reason is None else redact_text(reason))))
 
     def run_entries(self, run_id: str, target: str | None = None) -> list[dict[str, Any]]:
         """What each suite entry measured per target (entry, probe, probe_version, params), by target and entry id."""
@@ -317,7 +332,7 @@ class Store:
                 raise ValueError(f"alert state must be one of {', '.join(ALERT_STATES)}, not {row['state']!r}")
 
         def work(conn: sa.Connection) -> list[int]:
-            for row in alert_rows:
+            for row in map(redact_value, alert_rows):
                 exists = conn.execute(sa.select(alerts.c.key).where(alerts.c.key == row["key"])).first()
                 if exists:
                     conn.execute(alerts.update().where(alerts.c.key == row["key"]).values(row))
@@ -325,7 +340,7 @@ class Store:
                     conn.execute(alerts.insert().values(row))
             ids: list[int] = []
             for event in events:
-                event_id = conn.execute(alert_events.insert().values(event)).inserted_primary_key[0]
+                event_id = conn.execute(alert_events.insert().values(redact_value(event))).inserted_primary_key[0]
                 ids.append(event_id)
                 for sink in sinks:
                     conn.execute(alert_deliveries.insert().values(event_id=event_id, sink=sink, attempts=0))
@@ -334,7 +349,8 @@ class Store:
         return write_transaction(self._engine, work)
 
     def alert_events(self, alert_key: str | None = None) -> list[dict[str, Any]]:
-        """Outbox events in the order they happened, each with `deliveries`: {sink: delivery row}."""
+        """Outbox events in the order they happened, each with `deliveries`: {sink: delivery row}
+        and `event_id`, the id sinks see."""
         query = sa.select(alert_events).order_by(alert_events.c.id)
         if alert_key is not None:
             query = query.where(alert_events.c.alert_key == alert_key)
@@ -343,6 +359,7 @@ class Store:
             by_id = {event["id"]: event for event in events}
             for event in events:
                 event["deliveries"] = {}
+                event["event_id"] = self.public_event_id(event["id"])
             if by_id:
                 for row in conn.execute(sa.select(alert_deliveries)
                                         .where(alert_deliveries.c.event_id.in_(list(by_id)))):
@@ -350,13 +367,15 @@ class Store:
         return events
 
     def pending_deliveries(self, sink: str) -> list[dict[str, Any]]:
-        """Events not yet delivered to this sink, oldest first, with `attempts` and `last_error`."""
+        """Events not yet delivered to this sink, oldest first, with `attempts`, `last_error` and
+        `event_id`, the id sinks see."""
         query = (sa.select(alert_events, alert_deliveries.c.attempts, alert_deliveries.c.last_error)
                  .join(alert_deliveries, alert_deliveries.c.event_id == alert_events.c.id)
                  .where(alert_deliveries.c.sink == sink, alert_deliveries.c.delivered_at.is_(None))
                  .order_by(alert_events.c.id))
         with self._engine.connect() as conn:
-            return [dict(row._mapping) for row in conn.execute(query)]
+            rows = [dict(row._mapping) for row in conn.execute(query)]
+        return [{**row, "event_id": self.public_event_id(row["id"])} for row in rows]
 
     def record_delivery(self, event_id: int, sink: str, delivered_at: dt.datetime | None,
                         error: str | None = None) -> None:
@@ -365,7 +384,7 @@ class Store:
             conn.execute(alert_deliveries.update()
                          .where(alert_deliveries.c.event_id == event_id, alert_deliveries.c.sink == sink)
                          .values(attempts=alert_deliveries.c.attempts + 1, delivered_at=delivered_at,
-                                 last_error=error))
+                                 last_error=None if error is None else redact_text(error)))
 
         write_transaction(self._engine, work)
 

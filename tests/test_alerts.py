@@ -147,3 +147,23 @@ def test_a_still_firing_alert_is_renewed_in_alertmanager_without_a_new_event(tmp
         assert ends_at() > first                                              # but Alertmanager holds it longer
         evaluate_run(store, config, night(store, 2, 0.0))
     assert ours() == []                                                       # resolved: closed
+
+
+def test_two_stores_send_different_event_ids_for_their_first_event(tmp_path, monkeypatch):
+    """A drill's store and production's both have an event 1; a receiver that drops duplicates by
+    X-Prober-Event (as the README advises) must still get both."""
+    monkeypatch.setenv("ALERT_TEST_SECRET", SECRET)
+    with Receiver() as hook:
+        config = config_for({"kind": "webhook", "url": hook.url, "secret_env": "ALERT_TEST_SECRET"})
+        for name in ("production", "drill"):
+            with Store.open(f"sqlite:///{tmp_path}/{name}.db") as store:
+                evaluate_run(store, config, night(store, 0, 0.5))
+                (event,) = store.alert_events()
+                assert event["id"] == 1   # the row ids do collide
+    headers = [r.headers["x-prober-event"] for r in hook.requests]
+    bodies = [r.json()["event_id"] for r in hook.requests]
+    assert len(headers) == 2 and headers[0] != headers[1] and bodies == headers
+    assert all(h.endswith("-1") for h in headers)
+    # The id is stable for a store: a retry of the same event carries the same header.
+    with Store.open(f"sqlite:///{tmp_path}/production.db") as store:
+        assert store.public_event_id(1) == headers[0]

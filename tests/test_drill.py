@@ -58,3 +58,22 @@ def test_drill_without_sinks_shows_the_alert_it_would_send(tmp_path):
     assert "no [[sinks]] configured" in done.stdout
     assert '"name": "drill_ttft_p50"' in done.stdout and '"status": "firing"' in done.stdout
     assert not list(tmp_path.iterdir())          # the drill's store was temporary
+
+
+@pytest.mark.timeout(300)
+def test_a_failed_delivery_says_the_drill_store_is_temporary(tmp_path):
+    with Receiver() as hook:
+        hook.status = 503
+        (tmp_path / "prober.toml").write_text(textwrap.dedent(f"""
+            [[sinks]]
+            kind = "webhook"
+            url = "{hook.url}/prober"
+            secret_env = "DRILL_TEST_SECRET"
+        """))
+        done = prober("drill", "-c", "prober.toml", "--healthy-runs", "1", cwd=tmp_path,
+                      env={"DRILL_TEST_SECRET": SECRET}, timeout=280)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "FAILED (HTTP 503" in output
+    assert "the drill's store is temporary, so nothing retries it" in output
+    assert "next run" not in output          # no promise the temporary store cannot keep

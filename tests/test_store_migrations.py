@@ -48,7 +48,7 @@ def test_new_database_gets_the_whole_schema(store_url):
     try:
         assert set(sa.inspect(engine).get_table_names()) == {"runs", "samples", "metrics", "schema_migrations",
                                                               "alerts", "alert_events", "alert_deliveries",
-                                                              "run_targets", "run_entries"}
+                                                              "run_targets", "run_entries", "store_identity"}
         assert _columns(engine, "runs") == RUN_COLUMNS
         assert _columns(engine, "samples") == SAMPLE_COLUMNS
         assert _columns(engine, "metrics") == METRIC_COLUMNS
@@ -57,7 +57,7 @@ def test_new_database_gets_the_whole_schema(store_url):
         assert _indexes(engine, "metrics") == {"ix_metrics_run_id": ["run_id"]}
         assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial"), (2, "m002_alerts"),
                                                                (3, "m003_sample_service_tier"), (4, "m004_run_lease"),
-                                                               (5, "m005_run_provenance")]
+                                                               (5, "m005_run_provenance"), (6, "m006_store_identity")]
         assert schema_version(engine) == len(MIGRATIONS)
     finally:
         engine.dispose()

@@ -165,7 +165,7 @@ class HTTPAdapter(TargetAdapter):
         self._transport = HTTPTransport(origin, max_connections=target.max_concurrency,
                                         timeouts=target.timeouts)
         headers = {"content-type": "application/json", **self._protocol_headers(api_key),
-                   **target.headers}
+                   **target.headers, **target.env_headers()}
         self._heads: dict[bool, bytes] = {}
         self._shown_headers: dict[bool, dict[str, str]] = {}
         for stream in (True, False):

@@ -169,3 +169,23 @@ def create_database(url: str, name: str) -> str:
                          autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return parsed.set(database=name).render_as_string(hide_password=False)
+
+
+def create_password_user(url: str, user: str, password: str) -> str:
+    """A login role that must give its password (scram-sha-256 over TCP, unlike the trusted
+    superuser) and a database it owns, on the server of `url`; return that database's URL with
+    the password in it."""
+    import psycopg
+    from psycopg import sql
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    with psycopg.connect(host=parsed.host, port=parsed.port, user=parsed.username, dbname="postgres",
+                         autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(user), sql.Literal(password)))
+        conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(user), sql.Identifier(user)))
+        hba = Path(conn.execute("SHOW hba_file").fetchone()[0])
+        # pg_hba.conf is read top down: this line must come before the file's trust lines.
+        hba.write_text(f"host all {user} 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
+        conn.execute("SELECT pg_reload_conf()")
+    return parsed.set(username=user, password=password, database=user).render_as_string(hide_password=False)

