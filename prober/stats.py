@@ -359,3 +359,64 @@ def benjamini_hochberg(p_values: Sequence[float | None]) -> list[float | None]:
         running = min(running, p * m / rank)
         adjusted[i] = min(1.0, running)
     return adjusted
+
+
+# --- drift with the night as the unit (reports/drift.py) ----------------------------------------
+# Each baseline run contributes one value; tonight's value is judged against their spread, so the
+# night-to-night variation of a real endpoint (load, routing, cache state) is part of the null.
+
+
+def night_prediction_p(current: Sequence[float], baseline: Sequence[float], variance_floor: float = 0.0
+                       ) -> tuple[float | None, float | None]:
+    """(two-sided p, standard error) that the mean of `current` (one value per recent night) comes
+    from the distribution the `baseline` values (one per earlier night) were drawn from: the
+    Student-t prediction interval of a normal sample, t = (mean(current) - mean(baseline)) /
+    sqrt(s^2 (1/m + 1/k)) on k - 1 degrees of freedom. `variance_floor` bounds s^2 from below (a
+    baseline that happened to agree closely must not make any change significant). None when the
+    baseline has fewer than 3 values (an interval on 1 degree of freedom is no test) or no spread."""
+    k, m = len(baseline), len(current)
+    if k < 3 or m < 1:
+        return None, None
+    mean = sum(baseline) / k
+    variance = max(sum((v - mean) ** 2 for v in baseline) / (k - 1), variance_floor)
+    if variance <= 0:
+        return None, None
+    from scipy.stats import t as student_t
+
+    se = math.sqrt(variance * (1 / m + 1 / k))
+    t = (sum(current) / m - mean) / se
+    return float(min(1.0, 2 * student_t.sf(abs(t), k - 1))), se
+
+
+def binomial_dispersion(successes: Sequence[int], totals: Sequence[int]) -> float | None:
+    """Pearson's overdispersion estimate of shares that should share one probability: X^2 / (k - 1)
+    with X^2 = sum (x_i - n_i p)^2 / (n_i p (1 - p)), p the pooled share (the quasi-binomial scale).
+    1 when the pooled share is 0 or 1 (no spread to measure); None with fewer than 2 groups."""
+    groups = [(x, n) for x, n in zip(successes, totals) if n > 0]
+    if len(groups) < 2:
+        return None
+    pooled = sum(x for x, _ in groups) / sum(n for _, n in groups)
+    if pooled <= 0 or pooled >= 1:
+        return 1.0
+    chi2 = sum((x - n * pooled) ** 2 / (n * pooled * (1 - pooled)) for x, n in groups)
+    return chi2 / (len(groups) - 1)
+
+
+def share_change_p(successes: int, n: int, base_successes: Sequence[int], base_totals: Sequence[int]
+                   ) -> float | None:
+    """Two-sided p that tonight's share x / n differs from the baseline runs' share beyond their own
+    night-to-night spread: a quasi-binomial test. Variance phi p (1 - p) (1/n + 1/N), phi the
+    baseline's Pearson dispersion (at least 1: a baseline quieter than binomial says nothing about
+    tonight), p the pooled baseline share with half a success added (so that an all-zero baseline
+    still has a variance), N the baseline's trials; a continuity correction of 1/(2n); Student t on
+    k - 1 degrees of freedom for the estimated dispersion. None with fewer than 3 baseline runs."""
+    k, total = len(base_totals), sum(base_totals)
+    if n <= 0 or k < 3 or total <= 0:
+        return None
+    from scipy.stats import t as student_t
+
+    phi = max(1.0, binomial_dispersion(base_successes, base_totals) or 1.0)
+    smoothed = (sum(base_successes) + 0.5) / (total + 1)
+    se = math.sqrt(phi * smoothed * (1 - smoothed) * (1 / n + 1 / total))
+    gap = max(0.0, abs(successes / n - sum(base_successes) / total) - 0.5 / n)
+    return float(min(1.0, 2 * student_t.sf(gap / se, k - 1)))

@@ -18,7 +18,7 @@ from typing import Any
 from prober.config import ProberConfig
 from prober.records import utcnow
 from reports.baseline import completed_targets
-from reports.drift import drift_for_run
+from reports.drift import DriftOutcome, DriftTest, drift_for_run
 from reports.sinks import AlertmanagerSink, DeliveryError, Sink, make_sink
 from reports.slo import check_run, format_value
 
@@ -96,21 +96,28 @@ def slo_observations(config: ProberConfig, metric_rows: list[dict[str, Any]], ru
     return observations
 
 
-def drift_observations(store: Any, config: ProberConfig, run: dict[str, Any]) -> list[Observation]:
-    if not config.drift.enabled:
-        return []
+def drift_observations(tests: list[DriftTest], run: dict[str, Any]) -> list[Observation]:
+    """One observation per metric: broken when its one-night or its two-night test detected drift
+    (the detected test, else the one-night test, describes it)."""
+    chosen: dict[str, DriftTest] = {}
+    for test in tests:
+        held = chosen.get(test.key)
+        if held is None or (test.detected and not held.detected):
+            chosen[test.key] = test
     observations = []
-    for test in drift_for_run(store, run, config.drift):
+    for test in chosen.values():
         observations.append(Observation(
             key=test.key, kind="drift", name=f"drift_{test.metric}", severity="warning", target=test.target,
             suite=run["suite"], probe=test.probe, metric=test.metric, labels=test.labels, value=test.current,
             broken=test.detected, for_runs=1, summary=test.summary,
-            description=(f"{test.kind} test against the previous {test.baseline_runs} complete runs; "
-                         f"effect {format_value(test.effect)} (minimum {format_value(test.min_effect)}), "
-                         f"p={format_value(test.p_value)}, Benjamini-Hochberg q={format_value(test.q_value)}"),
-            detail={"test": test.kind, "p_value": test.p_value, "q_value": test.q_value, "effect": test.effect,
-                    "min_effect": test.min_effect, "baseline": test.baseline, "n_current": test.n_current,
-                    "n_baseline": test.n_baseline, "baseline_runs": test.baseline_runs}))
+            description=(f"{test.kind} test of the last {test.nights} run(s) against the spread of "
+                         f"{test.baseline_runs} earlier comparable runs; effect {format_value(test.effect)} "
+                         f"(minimum {format_value(test.min_effect)}), p={format_value(test.p_value)}, "
+                         f"Benjamini-Hochberg q={format_value(test.q_value)}"),
+            detail={"test": test.kind, "nights": test.nights, "p_value": test.p_value, "q_value": test.q_value,
+                    "effect": test.effect, "min_effect": test.min_effect, "baseline": test.baseline,
+                    "n_current": test.n_current, "n_baseline": test.n_baseline,
+                    "baseline_runs": test.baseline_runs}))
     return observations
 
 
@@ -133,6 +140,7 @@ class Evaluation:
     resolved_now: list[dict[str, Any]] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)
     checked: int = 0
+    notes: list[str] = field(default_factory=list)     # what could not be judged, and why
 
 
 def make_sinks(config: ProberConfig) -> list[Sink]:
@@ -149,24 +157,36 @@ def evaluate_run(store: Any, config: ProberConfig, run_id: str, sinks: list[Sink
         raise ValueError(f"unknown run id {run_id!r}")
     # Only targets that completed are judged: a failed target's partial metrics would mislead.
     judged = [m for m in store.metrics(run["id"]) if m["target"] in completed_targets(run)]
-    observations = slo_observations(config, judged, run) + drift_observations(store, config, run)
+    drift = drift_for_run(store, run, config.drift) if config.drift.enabled else DriftOutcome()
+    observations = slo_observations(config, judged, run) + drift_observations(drift.tests, run)
     # A metric row repeated within one run must not count as two consecutive runs.
     observations = list({obs.key: obs for obs in observations}.values())
     previous = {row["key"]: row for row in store.alerts(keys=[o.key for o in observations])}
     now = utcnow()
-    rows, events, evaluation = [], [], Evaluation(checked=len(observations))
-    for obs in observations:
-        row, event = advance(previous.get(obs.key), obs, run["id"], now)
-        rows.append(row)
-        if event is not None:
-            events.append({"alert_key": row["key"], "status": event, "run_id": run["id"], "created_at": now,
-                           "payload": event_payload(row, event, run["id"])})
-            (evaluation.fired_now if event == "firing" else evaluation.resolved_now).append(row)
-    evaluation.firing = [row for row in rows if row["state"] == "firing"]
+    rows, events, evaluation = judge(observations, previous, run["id"], now)
+    evaluation.notes = drift.not_tested
     store.save_alert_changes(rows, events, [sink.name for sink in sinks])
     evaluation.deliveries = deliver_outbox(store, sinks)
     _renew_alertmanager(store, sinks, {r["key"] for r in evaluation.firing} - {r["key"] for r in evaluation.fired_now})
     return evaluation
+
+
+def judge(observations: list[Observation], previous: dict[str, dict[str, Any]], run_id: str, now: dt.datetime
+          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Evaluation]:
+    """The alert rows after this run's observations, their outbox events, and what fired or resolved
+    (pure: bench/alarm_calibration.py drives it night after night)."""
+    # A metric row repeated within one run must not count as two consecutive runs.
+    observations = list({obs.key: obs for obs in observations}.values())
+    rows, events, evaluation = [], [], Evaluation(checked=len(observations))
+    for obs in observations:
+        row, event = advance(previous.get(obs.key), obs, run_id, now)
+        rows.append(row)
+        if event is not None:
+            events.append({"alert_key": row["key"], "status": event, "run_id": run_id, "created_at": now,
+                           "payload": event_payload(row, event, run_id)})
+            (evaluation.fired_now if event == "firing" else evaluation.resolved_now).append(row)
+    evaluation.firing = [row for row in rows if row["state"] == "firing"]
+    return rows, events, evaluation
 
 
 def deliver_outbox(store: Any, sinks: list[Sink]) -> list[Delivery]:
@@ -212,6 +232,7 @@ def describe(evaluation: Evaluation) -> list[str]:
     lines = [f"{'FIRING' if row['key'] in new else 'still firing'} [{row['severity']}] {row['summary']}"
              for row in evaluation.firing]
     lines += [f"resolved: {row['summary']}" for row in evaluation.resolved_now]
+    lines += evaluation.notes
     lines += [f"alert delivery to sink {d.sink} failed ({d.error}); it stays in the outbox for the next run"
               for d in evaluation.deliveries if not d.ok]
     return lines
