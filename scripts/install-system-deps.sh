@@ -12,17 +12,4 @@ command -v promtool > /dev/null || missing+=(prometheus)
 command -v chromium > /dev/null || missing+=(chromium)
 command -v tinyproxy > /dev/null || missing+=(tinyproxy)
 
-if [ ${#missing[@]} -eq 0 ]; then
-    exit 0
-fi
-if [ "$(id -u)" -ne 0 ]; then
-    echo "missing system packages: ${missing[*]}; run as root or install them: apt-get install ${missing[*]}" >&2
-    exit 1
-fi
-echo "installing system packages: ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-# policy-rc.d keeps the packages from starting system services we do not use.
-printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
+exec bash "$(dirname "$0")/apt-install-missing.sh" "${missing[@]}"

@@ -4,8 +4,6 @@ ground truth over HTTP."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -13,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.support.llama import free_port
+from tests.support.processes import listening_process
 
 
 @contextmanager
@@ -21,26 +20,9 @@ def emulator_process(tmp_path: Path, scenario: str = ""):
     scenario_file = tmp_path / f"scenario-{time.monotonic_ns()}.toml"
     scenario_file.write_text(scenario)
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "prober.cli", "emulate", "--port", str(port),
-                                "--scenario", str(scenario_file)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"emulator did not start: {process.stderr.read().decode()}")
-                time.sleep(0.05)
+    args = [sys.executable, "-m", "prober.cli", "emulate", "--port", str(port), "--scenario", str(scenario_file)]
+    with listening_process(args, port, "emulator", timeout=20):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def ground_truth(base_url: str) -> dict[str, dict]:

@@ -4,15 +4,14 @@ own config and log file, and a self-signed certificate for an https server behin
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.llama import free_port
+from tests.support.processes import listening_process
 
 
 @dataclass
@@ -35,25 +34,8 @@ def tinyproxy(tmp_path: Path) -> Iterator[Tinyproxy]:
     # No ConnectPort line: CONNECT is allowed to any port (the https server's is random).
     config.write_text(f'Port {port}\nListen 127.0.0.1\nTimeout 30\nLogFile "{log}"\nLogLevel Info\n'
                       f'MaxClients 50\nAllow 127.0.0.1\nPidFile "{tmp_path / "tinyproxy.pid"}"\n')
-    process = subprocess.Popen([binary, "-d", "-c", str(config)], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"tinyproxy did not start: {process.stderr.read().decode()}")
-                time.sleep(0.05)
+    with listening_process([binary, "-d", "-c", str(config)], port, "tinyproxy", timeout=10):
         yield Tinyproxy(f"http://127.0.0.1:{port}", log)
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
