@@ -35,6 +35,106 @@ def median(values: Sequence[float]) -> float | None:
     return percentile(values, 50)
 
 
+# Why a metric must not be judged: its sample cannot bound the percentile's 95% interval.
+INTERVAL_UNBOUNDED = "interval_unbounded"
+
+
+@dataclass(frozen=True)
+class PercentileEstimate:
+    value: float | None      # percentile(values, q)
+    low: float | None        # the interval's bounds; None on a side the sample cannot bound
+    high: float | None
+    n: int                   # the independent units: observations, or requests for pooled ITL gaps
+
+    @property
+    def flags(self) -> list[str] | None:
+        """["interval_unbounded"] when either side is unbounded (or nothing was observed)."""
+        return None if self.low is not None and self.high is not None else [INTERVAL_UNBOUNDED]
+
+
+def order_statistic_ranks(n: int, q: float, confidence: float = 0.95) -> tuple[int | None, int | None]:
+    """1-based ranks (l, u) of the order statistics that bracket the q-th percentile with at least
+    `confidence`, distribution-free: with B ~ Binomial(n, q/100) the number of observations below
+    the true percentile, P(X_(l) > x_q) = P(B < l) and P(X_(u) < x_q) = P(B >= u), each kept at or
+    under (1 - confidence) / 2. None on a side no rank reaches: p99 of 32 observations has no
+    upper bound (the maximum is below the true p99 with probability 0.99^32 = 72%)."""
+    from scipy.stats import binom
+
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"percentile q must be within [0, 100], not {q!r}")
+    if n <= 0:
+        return None, None
+    tail = (1.0 - confidence) / 2
+    p = q / 100.0
+    # l - 1 = the largest k with P(B <= k) <= tail; u - 1 = the smallest k with P(B <= k) >= 1 - tail.
+    below = int(binom.ppf(tail, n, p))               # the smallest k with P(B <= k) >= tail
+    low_rank = below if binom.cdf(below, n, p) > tail else below + 1
+    high_rank = int(binom.ppf(1.0 - tail, n, p)) + 1
+    return (low_rank if low_rank >= 1 else None), (high_rank if high_rank <= n else None)
+
+
+def percentile_interval(values: Sequence[float], q: float, confidence: float = 0.95) -> PercentileEstimate:
+    """The q-th percentile with its distribution-free order-statistic interval (coverage at least
+    `confidence` for any continuous distribution, each observation an independent unit)."""
+    data = sorted(v for v in values if v is not None and not math.isnan(v))
+    low_rank, high_rank = order_statistic_ranks(len(data), q, confidence)
+    return PercentileEstimate(percentile(data, q),
+                              None if low_rank is None else float(data[low_rank - 1]),
+                              None if high_rank is None else float(data[high_rank - 1]), len(data))
+
+
+def min_n_for_bounded_percentile(q: float, confidence: float = 0.95) -> int:
+    """The fewest observations for which the q-th percentile's interval is bounded on both sides."""
+    n = 1
+    while None in order_statistic_ranks(n, q, confidence):
+        n = n * 2
+    low = n // 2
+    while low + 1 < n:                                # boundedness is monotone in n: bisect
+        middle = (low + n) // 2
+        if None in order_statistic_ranks(middle, q, confidence):
+            low = middle
+        else:
+            n = middle
+    return n
+
+
+def clustered_percentile_interval(groups: Sequence[Sequence[float]], q: float, confidence: float = 0.95,
+                                  resamples: int = 1000, seed: int = 0) -> PercentileEstimate:
+    """The q-th percentile of the pooled values of several groups (the inter-token gaps of several
+    requests), with a percentile-bootstrap interval that resamples whole groups: gaps of one
+    request share its fate (its batch, its queue), so the group is the independent unit and n
+    counts groups. Bounded only when as many groups would bound an order-statistic interval of
+    independent observations: the pooled values add precision the bootstrap may overstate, and
+    fewer groups than that are flagged. Seeded, so a re-summarized run gets the same interval."""
+    import numpy as np
+
+    kept = [np.asarray([v for v in g if v is not None and not math.isnan(v)], dtype=float) for g in groups]
+    kept = [g for g in kept if g.size]
+    pooled = np.concatenate(kept) if kept else np.empty(0)
+    value = percentile(pooled.tolist(), q)
+    n = len(kept)
+    if n == 0 or None in order_statistic_ranks(n, q, confidence):
+        return PercentileEstimate(value, None, None, n)
+    order = np.argsort(pooled, kind="stable")
+    ordered = pooled[order]
+    owner = np.repeat(np.arange(n), [g.size for g in kept])[order]
+    rng = np.random.default_rng(seed)
+    estimates = np.empty(resamples)
+    for i in range(resamples):
+        # A resample of requests weights each gap by how often its request was drawn; the
+        # percentile is the smallest gap whose cumulative weight reaches q% of the total.
+        cumulative = np.cumsum(np.bincount(rng.integers(0, n, n), minlength=n)[owner])
+        estimates[i] = ordered[min(int(np.searchsorted(cumulative, q / 100.0 * cumulative[-1])), ordered.size - 1)]
+    # Hesterberg's expanded percentile interval: the plain percentile bootstrap is too narrow on
+    # few units (its spread is the n-divisor one, with normal tails); widen the tails to those of
+    # a t with n - 1 degrees of freedom, scaled by sqrt(n / (n - 1)).
+    from scipy.stats import norm, t
+
+    tail = float(norm.cdf(-math.sqrt(n / (n - 1)) * t.isf((1.0 - confidence) / 2, n - 1))) * 100
+    low, high = np.percentile(estimates, [tail, 100 - tail])
+    return PercentileEstimate(value, float(low), float(high), n)
+
+
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float | None, float | None]:
     """Wilson score interval for a proportion; (None, None) when n is 0."""
     if n <= 0:

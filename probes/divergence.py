@@ -233,10 +233,10 @@ class DivergenceProbe(Probe):
                     add_share("divergence_rate", len(differing), len(ok), labels)
                     chars, tokens = first_divergence_positions(differing, reference)
                     add("first_divergence_char_min", min(chars, default=None), labels, len(chars), "chars")
-                    add("first_divergence_char_median", stats.median(chars), labels, len(chars), "chars")
+                    collected.percentile("first_divergence_char_median", chars, 50, labels, "chars")
                     if tokens:
                         add("first_divergence_token_min", min(tokens), labels, len(tokens), "tokens")
-                        add("first_divergence_token_median", stats.median(tokens), labels, len(tokens), "tokens")
+                        collected.percentile("first_divergence_token_median", tokens, 50, labels, "tokens")
                 if spec is not None and spec.json_schema is not None:
                     for name, hits, extra_labels in json_agreement(ok, _modal_json(lowest)):
                         add_share(name, hits, len(ok), {**labels, **extra_labels})

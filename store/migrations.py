@@ -173,10 +173,16 @@ def _m002_alerts(conn: sa.Connection) -> None:
     md.create_all(conn)
 
 
+def _m003_metric_flags(conn: sa.Connection) -> None:
+    """metrics.flags: why a metric row must never be judged (SLO or drift); NULL for the rest."""
+    add_column(conn, "metrics", sa.Column("flags", JSONColumn()))
+
+
 # Append new migrations here; never edit or reorder the ones above.
 MIGRATIONS: list[Migration] = [
     _m001_initial,
     _m002_alerts,
+    _m003_metric_flags,
 ]
 
 

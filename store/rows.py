@@ -98,4 +98,5 @@ def metric_row(metric: Metric) -> dict[str, Any]:
         "ci_high": metric.ci_high,
         "n": metric.n,
         "unit": metric.unit,
+        "flags": metric.flags or None,
     }
