@@ -121,3 +121,28 @@ def test_the_latency_suite_defaults_bound_p99():
     assert LatencyParams().requests_per_level >= stats.min_n_for_bounded_percentile(99)
     (entry,) = load_suite("latency", []).entries
     assert entry.params.requests_per_level >= stats.min_n_for_bounded_percentile(99)
+
+
+def test_show_and_history_mark_a_flagged_percentile_and_say_why(tmp_path):
+    from store import Store
+    from tests.support.cli import prober
+    from tests.support.history import add_run
+
+    config = tmp_path / "prober.toml"
+    config.write_text(f'[store]\nurl = "sqlite:///{tmp_path / "p.db"}"\n')
+    with Store.open(f"sqlite:///{tmp_path / 'p.db'}") as store:
+        add_run(store, "run1", 0, [
+            {"name": "ttft_p50_ms", "value": 420.0, "ci_low": 400.0, "ci_high": 450.0, "n": 32, "unit": "ms",
+             "labels": {"concurrency": 1}},
+            {"name": "ttft_p99_ms", "value": 5000.0, "ci_low": 700.0, "n": 32, "unit": "ms",
+             "labels": {"concurrency": 1}, "flags": [stats.INTERVAL_UNBOUNDED]}])
+    shown = prober("show", "run1", "--config", str(config), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert any("ttft_p99_ms" in line and "5,000 !" in line and "700 .. unbounded" in line for line in lines)
+    assert any("ttft_p50_ms" in line and "420 " in line and "400 .. 450" in line and "!" not in line
+               for line in lines)
+    assert "! interval_unbounded: too few requests" in " ".join(shown.stdout.split())
+    assert "coverage at least 95%" in " ".join(shown.stdout.split())
+    history = prober("history", "--metric", "ttft_p99_ms", "--config", str(config), cwd=tmp_path)
+    assert history.returncode == 0 and "5,000 !" in history.stdout and "700 .. unbounded" in history.stdout

@@ -146,7 +146,8 @@ def test_prober_run_exits_1_when_an_slo_fires_and_0_when_it_holds(tmp_path):
         model = "emulator-1"
         emulator = {{ }}
     """)
-    params = ["--param", "levels=[1]", "--param", "requests_per_level=4", "--param", "warmup=0",
+    # 6 requests: the fewest whose median has a bounded interval (a flagged p50 is never judged).
+    params = ["--param", "levels=[1]", "--param", "requests_per_level=6", "--param", "warmup=0",
               "--param", "max_tokens=8"]
     (tmp_path / "holds.toml").write_text(base + '[[slo]]\nname = "ttft"\nmetric = "ttft_p50_ms"\nthreshold = 60000\n')
     held = prober("run", "--suite", "latency", "-c", str(tmp_path / "holds.toml"), *params, cwd=tmp_path)
