@@ -45,8 +45,8 @@ FLAG_NOTES = {
                         "p99 368): shown, never judged by an SLO or a drift test",
 }
 PERCENTILE_INTERVAL_NOTE = ("95% CI of a percentile: distribution-free, from order statistics with the request "
-                            "as the unit (coverage at least 95%; 95.8-97.1% measured); ITL: a bootstrap over "
-                            "requests (about 93% measured at 48 requests)")
+                            "as the unit (coverage at least 95%; 95.6-97.1% measured); ITL: a bootstrap over "
+                            "requests, n counting requests (93-95% measured)")
 
 
 @dataclass(frozen=True)
