@@ -186,16 +186,10 @@ def _fmt(value: float | None) -> str:
 FLAG_MARKER = "!"
 
 
-def _interval(low: float | None, high: float | None, flags: list[str] | None) -> str:
-    """A 95% interval as text; a side the sample could not bound reads "unbounded"."""
-    if low is None and high is None:
-        return "unbounded" if flags else ""
-    return f"{'unbounded' if low is None else _fmt(low)} .. {'unbounded' if high is None else _fmt(high)}"
-
-
 def _print_metrics(metrics, title: str) -> None:
     """One narrow table per target and probe: rows grouped by their labels (e.g. concurrency)."""
     from prober.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
+    from reports.svg import interval_text
 
     out.print(escape(title))
     groups: dict[tuple[str, str], list] = {}
@@ -213,7 +207,7 @@ def _print_metrics(metrics, title: str) -> None:
         for m in sorted(rows, key=lambda m: (label_key(m), order[m.name])):
             labels = ", ".join(f"{k}={v}" for k, v in sorted(m.labels.items()))
             value = _fmt(m.value) + (f" {FLAG_MARKER}" if m.flags else "")
-            table.add_row(escape(labels), m.name, value, _interval(m.ci_low, m.ci_high, m.flags),
+            table.add_row(escape(labels), m.name, value, interval_text(m.ci_low, m.ci_high, m.flags),
                           "" if m.n is None else str(m.n), m.unit or "")
         out.print(table)
     flags = sorted({flag for m in metrics for flag in m.flags or []})
@@ -277,6 +271,7 @@ def history(
     """
     from reports.collect import parse_since
     from reports.history import metric_over_time, parse_label_filters
+    from reports.svg import interval_text
     from store import Store
 
     cfg = _config(config, db)
@@ -291,7 +286,7 @@ def history(
                   Column("labels", no_wrap=True), "value", "95% CI", "n", "unit", "run status",
                   title=escape(metric))
     for r in rows:
-        ci = _interval(r["ci_low"], r["ci_high"], r.get("flags"))
+        ci = interval_text(r["ci_low"], r["ci_high"], r.get("flags"))
         table.add_row(r["run_started_at"].strftime("%Y-%m-%d %H:%M:%S"), r["run_id"], escape(r["suite"]),
                       escape(r["target"]), escape(", ".join(f"{k}={v}" for k, v in sorted((r["labels"] or {}).items()))),
                       _fmt(r["value"]) + (f" {FLAG_MARKER}" if r.get("flags") else ""), ci, "" if r["n"] is None else str(r["n"]), escape(r["unit"] or ""),
