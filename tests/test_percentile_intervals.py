@@ -58,9 +58,10 @@ def _correlated_requests(rng, n: int, gaps: int = 8) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("q", [50, 90])
 def test_request_bootstrap_covers_the_pooled_itl_percentile_where_pooled_gaps_do_not(q):
-    # 48 requests of 8 correlated gaps, 200 simulated runs. Measured with 16 gaps and 300 runs: the
-    # bootstrap over requests 95.3% (p50) and 91.7% (p90); an order-statistic interval over the
-    # pooled gaps, counting gaps of one request as independent, 67% and 77%.
+    # 48 requests of 8 correlated gaps, 200 simulated runs: here the bootstrap over requests covers
+    # 93.0% (p50) and 92.5% (p90), an order-statistic interval over the pooled gaps (gaps of one
+    # request counted as independent) 75% and 76%. With 1,000 runs: 94.9% and 93.1%; p99 of 400
+    # requests of 63 gaps, 300 runs: 93.0%.
     rng = np.random.default_rng(q)
     truth = float(np.percentile(np.concatenate(_correlated_requests(rng, 100_000)), q))
     covered = naive = 0
