@@ -201,7 +201,7 @@ def show(
     finally:
         store.close()
     metrics = [Metric(**{k: r[k] for k in ("run_id", "target", "probe", "name", "value", "labels", "ci_low",
-                                           "ci_high", "n", "unit")}) for r in rows]
+                                           "ci_high", "n", "unit", "flags")}) for r in rows]
     for line in provenance_lines(found, entries):
         out.print(_shown(line), soft_wrap=True)
     _print_metrics(metrics, title=f"run {found['id']}: {found['suite']} ({found['status']})")
@@ -217,8 +217,15 @@ def _fmt(value: float | None) -> str:
     return f"{value:.3g}"
 
 
+# Next to a flagged value (a percentile too poorly estimated to judge); the legend says why.
+FLAG_MARKER = "!"
+
+
 def _print_metrics(metrics, title: str) -> None:
     """One narrow table per target and probe: rows grouped by their labels (e.g. concurrency)."""
+    from prober.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
+    from reports.svg import interval_text
+
     out.print(_shown(title))
     groups: dict[tuple[str, str], list] = {}
     for m in metrics:
@@ -234,10 +241,14 @@ def _print_metrics(metrics, title: str) -> None:
 
         for m in sorted(rows, key=lambda m: (label_key(m), order[m.name])):
             labels = ", ".join(f"{k}={v}" for k, v in sorted(m.labels.items()))
-            ci = f"{_fmt(m.ci_low)} .. {_fmt(m.ci_high)}" if m.ci_low is not None else ""
-            table.add_row(_shown(labels), _shown(m.name), _fmt(m.value), ci, "" if m.n is None else str(m.n),
-                          _shown(m.unit or ""))
+            value = _fmt(m.value) + (f" {FLAG_MARKER}" if m.flags else "")
+            table.add_row(_shown(labels), _shown(m.name), value, interval_text(m.ci_low, m.ci_high, m.flags),
+                          "" if m.n is None else str(m.n), _shown(m.unit or ""))
         out.print(table)
+    flags = sorted({flag for m in metrics for flag in m.flags or []})
+    for flag in flags:
+        out.print(escape(f"{FLAG_MARKER} {flag}: {FLAG_NOTES.get(flag, 'never judged by an SLO or a drift test')}"))
+    out.print(escape(PERCENTILE_INTERVAL_NOTE))
 
 
 SinceOption = Annotated[Optional[str], typer.Option("--since", help="runs started within this period "
@@ -295,6 +306,7 @@ def history(
     """
     from reports.collect import parse_since
     from reports.history import metric_over_time, parse_label_filters
+    from reports.svg import interval_text
 
     cfg = _config(config, db)
     wanted = parse_label_filters(labels or [])
@@ -308,12 +320,12 @@ def history(
                   Column("labels", no_wrap=True), "value", "95% CI", "n", "unit", "run status",
                   title=_shown(metric))
     for r in rows:
-        ci = f"{_fmt(r['ci_low'])} .. {_fmt(r['ci_high'])}" if r["ci_low"] is not None else ""
+        ci = interval_text(r["ci_low"], r["ci_high"], r.get("flags"))
         table.add_row(r["run_started_at"].strftime("%Y-%m-%d %H:%M:%S"), _shown(r["run_id"]), _shown(r["suite"]),
                       _shown(r["target"]),
                       _shown(", ".join(f"{k}={v}" for k, v in sorted((r["labels"] or {}).items()))),
-                      _fmt(r["value"]), ci, "" if r["n"] is None else str(r["n"]), _shown(r["unit"] or ""),
-                      _shown(r["run_status"]))
+                      _fmt(r["value"]) + (f" {FLAG_MARKER}" if r.get("flags") else ""), ci,
+                      "" if r["n"] is None else str(r["n"]), _shown(r["unit"] or ""), _shown(r["run_status"]))
     out.print(table)
 
 

@@ -163,6 +163,9 @@ class Metric:
     n: int | None = None
     unit: str | None = None
     entry: str | None = None
+    # Why this value must never be judged (by an SLO or a drift test), e.g. ["interval_unbounded"]
+    # for a percentile whose sample is too small for its 95% interval; None or empty: judge it.
+    flags: list[str] | None = None
 
 
 RunStatus = Literal["running", "complete", "interrupted", "failed"]

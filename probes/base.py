@@ -84,19 +84,33 @@ class MetricCollector:
         self.metrics: list[Metric] = []
 
     def add(self, name: str, value: float | None, labels: dict[str, Any], n: int | None = None,
-            unit: str | None = None, ci: tuple[float | None, float | None] = (None, None)) -> None:
+            unit: str | None = None, ci: tuple[float | None, float | None] = (None, None),
+            flags: list[str] | None = None) -> None:
         declared = getattr(_REGISTRY.get(self.probe), "metric_names", None)
         if declared is not None and name not in declared:
             # A bug in the probe: SLO rules on this name would be refused at load.
             raise ValueError(f"probe {self.probe} produced metric {name!r}, which its metric_names does not declare")
         self.metrics.append(Metric(run_id=self.run_id, target=self.target, probe=self.probe, name=name,
                                    value=None if value is None else float(value), labels=labels,
-                                   ci_low=ci[0], ci_high=ci[1], n=n, unit=unit))
+                                   ci_low=ci[0], ci_high=ci[1], n=n, unit=unit, flags=flags))
 
     def share(self, name: str, successes: int, n: int, labels: dict[str, Any]) -> None:
         """A proportion with its Wilson 95% interval (DESIGN.md: every proportion carries one)."""
         value, low, high = stats.proportion(successes, n)
         self.add(name, value, labels, n, "ratio", (low, high))
+
+    def percentile(self, name: str, values: Sequence[float], q: float, labels: dict[str, Any],
+                   unit: str | None) -> None:
+        """A percentile with its distribution-free 95% interval (DESIGN.md: every percentile
+        carries one); each value must be an independent unit, normally one per request."""
+        self.estimate(name, stats.percentile_interval(values, q), labels, unit)
+
+    def estimate(self, name: str, estimate: stats.PercentileEstimate, labels: dict[str, Any],
+                 unit: str | None) -> None:
+        """A percentile estimate as a metric row; flagged, so that nothing judges it, when its
+        sample cannot bound the interval (p99 of 32 requests)."""
+        flags = estimate.flags if estimate.value is not None else None
+        self.add(name, estimate.value, labels, estimate.n, unit, (estimate.low, estimate.high), flags)
 
 
 _REGISTRY: dict[str, type[Probe]] = {}

@@ -476,8 +476,7 @@ class _Summary:
         total = sum(t for _, t in pairs)
         self.add("read_fraction", sum(r for r, _ in pairs) / total if total else None, labels,
                  n=len(pairs), unit="ratio")
-        self.add("cached_tokens_p50", stats.median([read for read, _ in pairs]), labels, n=len(pairs),
-                 unit="tokens")
+        self.collected.percentile("cached_tokens_p50", [read for read, _ in pairs], 50, labels, "tokens")
 
     def _repeat(self, rows: list[dict[str, Any]]) -> None:
         labels = {"case": "repeat"}
@@ -487,8 +486,8 @@ class _Summary:
         hit_ttft = [r["ttft_ms"] for r in ok if r["labels"]["index"] >= 1 and self.hit(r)
                     and r.get("ttft_ms") is not None]
         first_ms, hit_ms = stats.median(first), stats.median(hit_ttft)
-        self.add("ttft_first_ms", first_ms, labels, n=len(first), unit="ms")
-        self.add("ttft_hit_p50_ms", hit_ms, labels, n=len(hit_ttft), unit="ms")
+        self.collected.percentile("ttft_first_ms", first, 50, labels, "ms")
+        self.collected.percentile("ttft_hit_p50_ms", hit_ttft, 50, labels, "ms")
         self.add("ttft_hit_vs_first", hit_ms / first_ms if hit_ms is not None and first_ms else None,
                  labels, n=len(hit_ttft), unit="ratio")
         for seq_rows in _by_sequence(rows).values():
@@ -583,7 +582,7 @@ class _Summary:
                     after = sum(1 for r in followers if r["started_at"].timestamp() >= first_token)
                     self.share("followers_after_first_token", after, len(followers), labels)
                 waits = [r["labels"].get("wait_ms") for r in followers if r["labels"].get("wait_ms") is not None]
-                self.add("stagger_wait_ms", stats.median(waits), labels, n=len(waits), unit="ms")
+                self.collected.percentile("stagger_wait_ms", waits, 50, labels, "ms")
 
     def _tiers(self, rows: list[dict[str, Any]]) -> None:
         matches = []

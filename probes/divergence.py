@@ -5,10 +5,17 @@ was computed in, and a last-bit difference flips the argmax wherever two tokens 
 after which the two answers never meet again. So the probe sends, for each prompt and each
 concurrency level, `requests_per_level` identical requests with `level` of them in flight
 (temperature 0 sent explicitly, a fixed seed where the protocol takes one), and counts how the
-answers differ: from the reference answer (the modal answer at the lowest level, normally 1) and
-from the level's own modal answer. Across levels, a trend test says whether divergence grows with
-concurrency. For prompts answered as JSON, agreement on the parsed fields is reported apart from
-byte equality: assert on meaning, not bytes.
+answers differ: from the reference answer and from the level's own modal answer. Across levels, a
+trend test says whether divergence grows with concurrency. For prompts answered as JSON, agreement
+on the parsed fields is reported apart from byte equality: assert on meaning, not bytes.
+
+The reference answer is the modal answer of a separate reference sample, `reference_requests`
+sent one at a time before the levels, never one of the tested levels' own outputs. Taken from the
+lowest level's outputs, it made that level look more deterministic than the others by
+construction (its mode agrees with the most of its own outputs), and the trend test then found a
+rising trend in 8.6-16.5% of runs where every level had the same output distribution. Against a
+fixed reference every level's divergence count is binomial with the same rate under that null,
+and the exact trend test keeps its level.
 
 Optional background load (`background_concurrency`) keeps filler requests with other prompts in
 flight while each level runs, to raise batch pressure where the probe's own requests are too few
@@ -92,6 +99,8 @@ class DivergenceParams(ProbeParams):
     custom_prompts: list[DivergencePrompt] = Field(default_factory=list)
     background_concurrency: int = Field(0, ge=0, description="filler requests kept in flight during each "
                                         "level; 0: none")
+    reference_requests: int = Field(8, ge=1, description="requests per prompt sent one at a time before the "
+                                    "levels; their modal output is the reference every level is compared with")
 
     @field_validator("levels")
     @classmethod
@@ -180,18 +189,26 @@ async def background_load(ctx: ProbeContext, params: DivergenceParams, level: in
 @register
 class DivergenceProbe(Probe):
     name = "divergence"
-    version = 1
+    # 2: divergence is measured against a separate reference sample, not the lowest level's mode.
+    version = 2
     metric_names = frozenset({
         "error_rate", "unique_outputs", "modal_share", "divergence_rate_vs_modal", "system_fingerprints",
         "divergence_rate", "first_divergence_char_min", "first_divergence_char_median",
         "first_divergence_token_min", "first_divergence_token_median", "json_valid_rate",
         "semantic_divergence_rate", "field_agreement", "divergence_trend_p_value", "divergence_trend_z",
-        "divergence_exact_p_value", "system_fingerprint_requests", "rejected_param_requests"})
+        "divergence_exact_p_value", "system_fingerprint_requests", "rejected_param_requests",
+        "reference_modal_share"})
     label_params = {"levels": "concurrency"}
     Params = DivergenceParams
 
     async def run(self, ctx: ProbeContext, params: DivergenceParams) -> None:  # type: ignore[override]
         prompts = params.selected_prompts()
+        for prompt in prompts:
+            await ctx.closed_loop(
+                concurrency=1, count=params.reference_requests,
+                make_request=lambda _, p=prompt: build_request(p, params, ctx.target.protocol),
+                case=prompt.name, labels={"concurrency": 1, "prompt": prompt.name, "phase": "reference"},
+                title=f"divergence {prompt.name} reference")
         for level in params.levels:
             async with background_load(ctx, params, level):
                 for prompt in prompts:
@@ -203,12 +220,16 @@ class DivergenceProbe(Probe):
 
     def summarize(self, samples: Sequence[dict[str, Any]], params: DivergenceParams, *,  # type: ignore[override]
                   run_id: str, target: str) -> list[Metric]:
-        measured = [r for r in samples if r.get("probe") == self.name and r.get("final", True)
-                    and (r.get("labels") or {}).get("phase") == "measure"]
+        final = [r for r in samples if r.get("probe") == self.name and r.get("final", True)]
+        measured = [r for r in final if (r.get("labels") or {}).get("phase") == "measure"]
         by_prompt: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
         for row in measured:
             labels = row["labels"]
             by_prompt[str(labels["prompt"])][int(labels["concurrency"])].append(row)
+        reference_rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in final:
+            if row["labels"].get("phase") == "reference" and not row.get("error_type"):
+                reference_rows[str(row["labels"]["prompt"])].append(row)
         specs = {p.name: p for p in params.selected_prompts()}
 
         collected = MetricCollector(run_id=run_id, target=target, probe=self.name)
@@ -217,8 +238,11 @@ class DivergenceProbe(Probe):
         for prompt_name in sorted(by_prompt):
             levels = by_prompt[prompt_name]
             spec = specs.get(prompt_name)
-            lowest = [r for r in levels[min(levels)] if not r.get("error_type")]
-            reference = _modal_row(lowest)
+            references = reference_rows[prompt_name]
+            reference = _modal_row(references)
+            if reference is not None:
+                add_share("reference_modal_share", Counter(r["output_sha256"] for r in references).most_common(1)[0][1],
+                          len(references), {"prompt": prompt_name})
             diverged_by_level: dict[int, tuple[int, int]] = {}
             for level in sorted(levels):
                 rows = levels[level]
@@ -240,12 +264,12 @@ class DivergenceProbe(Probe):
                     add_share("divergence_rate", len(differing), len(ok), labels)
                     chars, tokens = first_divergence_positions(differing, reference)
                     add("first_divergence_char_min", min(chars, default=None), labels, len(chars), "chars")
-                    add("first_divergence_char_median", stats.median(chars), labels, len(chars), "chars")
+                    collected.percentile("first_divergence_char_median", chars, 50, labels, "chars")
                     if tokens:
                         add("first_divergence_token_min", min(tokens), labels, len(tokens), "tokens")
-                        add("first_divergence_token_median", stats.median(tokens), labels, len(tokens), "tokens")
+                        collected.percentile("first_divergence_token_median", tokens, 50, labels, "tokens")
                 if spec is not None and spec.json_schema is not None:
-                    for name, hits, extra_labels in json_agreement(ok, _modal_json(lowest)):
+                    for name, hits, extra_labels in json_agreement(ok, _modal_json(references)):
                         add_share(name, hits, len(ok), {**labels, **extra_labels})
 
             if len(diverged_by_level) >= 2:

@@ -63,6 +63,8 @@ class LatestMetric:
     slo: list[SloResult] = field(default_factory=list)
     # this metric's values in the window, oldest first (the latest run's is the last)
     recent: list[float | None] = field(default_factory=list)
+    # why the value is never judged (e.g. ["interval_unbounded"]); None when it is
+    flags: list[str] | None = None
 
 
 @dataclass
@@ -179,7 +181,7 @@ def _section(store: Store, rules: Sequence[SloRule], target: str, suite: str,
             probe=probe,
             metrics=[LatestMetric(probe, row["name"], row.get("labels") or {}, row.get("value"), row.get("ci_low"),
                                   row.get("ci_high"), row.get("n"), row.get("unit"), checks.get(row["id"], []),
-                                  recent[_series_key(row)]) for row in probe_rows],
+                                  recent[_series_key(row)], row.get("flags") or None) for row in probe_rows],
             plots=suite_plots(probe, probe_rows, probe_history),
             trends=trend_plots(probe_history),
             examples=[e for e in examples if e.probe == probe]))

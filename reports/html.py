@@ -14,7 +14,8 @@ from markupsafe import Markup
 
 from reports.collect import Report
 from reports.plots import label_text
-from reports.svg import fmt, render
+from prober.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
+from reports.svg import fmt, interval_text, render
 
 _ENV = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
@@ -26,6 +27,9 @@ _ENV = jinja2.Environment(
 _ENV.filters["fmt"] = fmt
 _ENV.filters["labels"] = label_text
 _ENV.filters["svg"] = lambda plot: Markup(render(plot))
+_ENV.filters["interval"] = lambda m: interval_text(m.ci_low, m.ci_high, m.flags)
+_ENV.globals["flag_notes"] = FLAG_NOTES
+_ENV.globals["percentile_note"] = PERCENTILE_INTERVAL_NOTE
 _ENV.filters["utc"] = lambda when: "-" if when is None else when.strftime("%Y-%m-%d %H:%M UTC")
 
 

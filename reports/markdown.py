@@ -14,7 +14,11 @@ import re
 from prober.controlchars import escape_controls
 from reports.collect import LatestMetric, Report, Section
 from reports.plots import Plot, label_text
-from reports.svg import fmt
+from prober.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
+from reports.svg import fmt, interval_text
+
+# Next to a flagged value; the legend under the table says why it is never judged.
+FLAG_MARKER = "(!)"
 
 # What can start emphasis, code, a link or a table cell; `<`, `>` and `&` become entities below.
 _PUNCTUATION = re.compile(r"([\\`*_\[\]|])")
@@ -39,7 +43,17 @@ def _utc(when) -> str:
 
 
 def _ci(m: LatestMetric) -> str:
-    return f"{fmt(m.ci_low)} .. {fmt(m.ci_high)}" if m.ci_low is not None else ""
+    return interval_text(m.ci_low, m.ci_high, m.flags)
+
+
+def _value(m: LatestMetric) -> str:
+    return fmt(m.value) + (f" {FLAG_MARKER}" if m.flags else "")
+
+
+def _legend(metrics: list[LatestMetric]) -> list[str]:
+    flags = sorted({flag for m in metrics for flag in m.flags or []})
+    return [f"{FLAG_MARKER} {text(flag)}: {text(FLAG_NOTES.get(flag, 'never judged'))}." for flag in flags] \
+        + [f"{text(PERCENTILE_INTERVAL_NOTE)}.", ""]
 
 
 def _slo_cell(m: LatestMetric) -> str:
@@ -96,10 +110,11 @@ def _section(section: Section) -> list[str]:
             lines += _plot_summary(plot)
         lines += ["| metric | labels | value | 95% CI | n | unit | SLO | values in window (oldest first) |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-        lines += [f"| {text(m.name)} | {text(label_text(m.labels))} | {fmt(m.value)} | {_ci(m)} | "
+        lines += [f"| {text(m.name)} | {text(label_text(m.labels))} | {_value(m)} | {_ci(m)} | "
                   f"{'' if m.n is None else m.n} | {text(m.unit or '')} | {_slo_cell(m)} | "
                   f"{' -> '.join(fmt(v) for v in m.recent[-6:])} |" for m in probe.metrics]
         lines.append("")
+        lines += _legend(probe.metrics)
         for example in probe.examples:
             lines += [f"Sample output, {text(example.case)} ({text(example.labels)}): {text(example.why)}", "",
                       code_block(example.text), ""]

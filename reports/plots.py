@@ -172,7 +172,7 @@ def _note_values(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
 
 def _divergence(latest, history):
     return [versus(latest, ["divergence_rate"], "concurrency",
-                   "Divergence rate against concurrency (vs the lowest level's modal output, Wilson 95%)",
+                   "Divergence rate against concurrency (vs the reference sample's modal output, Wilson 95%)",
                    "divergence rate"),
             versus(latest, ["divergence_rate_vs_modal"], "concurrency",
                    "Divergence from each level's own modal output", "divergence rate")]

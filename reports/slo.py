@@ -79,8 +79,9 @@ class SloCheck:
 
 def check_run(rules: Iterable[SloRule], metric_rows: Iterable[dict[str, Any]],
               run_row: dict[str, Any]) -> list[SloCheck]:
-    """Every (rule, metric row) pair that matches and has a value to judge."""
-    rows = list(metric_rows)
+    """Every (rule, metric row) pair that matches and has a value to judge. A flagged row (for
+    example a percentile whose sample cannot bound its interval) is never judged."""
+    rows = [row for row in metric_rows if not row.get("flags")]
     return [SloCheck(rule, row, rule_breaks(rule, row.get("value")))
             for rule in rules for row in rows
             if rule_matches(rule, row, run_row) and row.get("value") is not None

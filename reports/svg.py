@@ -28,6 +28,13 @@ def fmt(value: float | None) -> str:
     return f"{value:.3g}"
 
 
+def interval_text(low: float | None, high: float | None, flags: list[str] | None) -> str:
+    """A 95% interval as text; a side the sample could not bound reads "unbounded"."""
+    if low is None and high is None:
+        return "unbounded" if flags else ""
+    return f"{'unbounded' if low is None else fmt(low)} .. {'unbounded' if high is None else fmt(high)}"
+
+
 def _nice_step(span: float, count: int = 4) -> float:
     raw = span / count
     magnitude = 10 ** math.floor(math.log10(raw))

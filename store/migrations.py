@@ -228,6 +228,11 @@ def _m006_store_identity(conn: sa.Connection) -> None:
     conn.execute(table.insert().values(id=uuid.uuid4().hex[:16], created_at=utcnow()))
 
 
+def _m007_metric_flags(conn: sa.Connection) -> None:
+    """metrics.flags: why a metric row must never be judged (SLO or drift); NULL for the rest."""
+    add_column(conn, "metrics", sa.Column("flags", JSONColumn()))
+
+
 # Append new migrations here; never edit or reorder the ones above.
 MIGRATIONS: list[Migration] = [
     _m001_initial,
@@ -236,6 +241,7 @@ MIGRATIONS: list[Migration] = [
     _m004_run_lease,
     _m005_run_provenance,
     _m006_store_identity,
+    _m007_metric_flags,
 ]
 
 

@@ -111,4 +111,5 @@ def metric_row(metric: Metric) -> dict[str, Any]:
         "n": metric.n,
         "unit": metric.unit,
         "entry": metric.entry,
+        "flags": metric.flags or None,
     })

@@ -95,6 +95,8 @@ metrics = sa.Table(
     sa.Column("n", sa.Integer),
     sa.Column("unit", sa.Text),
     sa.Column("entry", sa.Text),
+    # why the row must never be judged, e.g. ["interval_unbounded"]; NULL when it may be
+    sa.Column("flags", JSONColumn()),
     sa.Index("ix_metrics_run_id", "run_id"),
 )
 

@@ -76,16 +76,18 @@ def test_the_batch_is_capped_by_the_slots():
     assert _plan(pipeline, "x", 0, batch=64).truth["nondeterminism"]["batch_size"] == 4
 
 
-def _simulated_rows(pipeline: Pipeline, seed_offset: int, sizes: dict[int, int], prompt: str = "Tell a story."):
+def _simulated_rows(pipeline: Pipeline, seed_offset: int, sizes: dict[int, int], reference: int,
+                    prompt: str = "Tell a story."):
     """Sample rows as the probe would store them, with the emulator planning each request at the
-    level's batch size (the steady state of a closed loop with that many in flight)."""
+    level's batch size (the steady state of a closed loop with that many in flight), after
+    `reference` requests sent alone (the reference sample)."""
     rows, seq = [], seed_offset
-    for level, count in sizes.items():
+    for phase, level, count in [("reference", 1, reference), *(("measure", lv, n) for lv, n in sizes.items())]:
         for _ in range(count):
             plan = _plan(pipeline, prompt, seq, batch=level)
             seq += 1
             rows.append({"probe": "divergence", "final": True, "error_type": None, "rejected_params": [],
-                         "labels": {"concurrency": level, "prompt": "story", "phase": "measure"},
+                         "labels": {"concurrency": level, "prompt": "story", "phase": phase},
                          "system_fingerprint": None, "usage": None, "chunk_chars": [], "extra": {},
                          **output_fields(plan.text, None)})
     return rows
@@ -105,7 +107,8 @@ def test_trend_test_is_quiet_in_95_percent_of_seeds_when_divergence_does_not_gro
     quiet = 0
     for seed in range(seeds):
         pipeline = Pipeline(base_behaviours(_scenario(base_flip_rate=0.01, near_ties=8, seed=seed)))
-        metrics = probe.summarize(_simulated_rows(pipeline, 0, sizes), params, run_id="r", target="t")
+        metrics = probe.summarize(_simulated_rows(pipeline, 0, sizes, params.reference_requests), params,
+                                  run_id="r", target="t")
         quiet += _trend_p(metrics) > 0.05
     assert quiet >= 0.95 * seeds, f"{seeds - quiet} of {seeds} seeds gave p <= 0.05"
 

@@ -41,6 +41,7 @@ def _key(name, **labels):
 def test_params_defaults_and_validation():
     params = DivergenceParams()
     assert params.levels == [1, 4, 16, 64] and params.requests_per_level == 32 and params.max_tokens == 256
+    assert params.reference_requests == 8
     assert [p.name for p in params.selected_prompts()] == ["story", "list", "explain", "review_json"]
     assert params.requests_at(1) == 32 and params.requests_at(64) == 64
     custom = DivergenceParams(prompts=["story"], custom_prompts=[{"name": "mine", "text": "Say hi."}])
@@ -78,7 +79,7 @@ def test_requests_send_temperature_everywhere_and_seed_only_where_the_protocol_h
 
 def test_divergence_against_reference_and_modal_with_first_positions():
     a, b, c = "The keeper woke.", "The keeper slept.", "A keeper woke."
-    rows = [_row(a, 1) for _ in range(4)]
+    rows = [_row(a, 1, phase="reference") for _ in range(3)] + [_row(a, 1) for _ in range(4)]
     rows += [_row(a, 4), _row(b, 4), _row(b, 4), _row(b, 4), _row(c, 4)]
     rows += [_row("ignored", 4, phase="background"), _row("ignored", 4, final=False, error="server_error")]
     m = _metrics(rows)
@@ -96,18 +97,24 @@ def test_divergence_against_reference_and_modal_with_first_positions():
     # No token information in these rows: no token metrics.
     assert _key("first_divergence_token_min", prompt="story", concurrency=4) not in m
     assert m[_key("system_fingerprints", prompt="story", concurrency=4)].value == 1
-    assert m[_key("system_fingerprint_requests", fingerprint="fp_a")].value == 9
+    assert m[_key("system_fingerprint_requests", fingerprint="fp_a")].value == 9     # measured requests only
+    assert m[_key("reference_modal_share", prompt="story")].value == 1
     assert m[_key("divergence_trend_p_value", prompt="story")].value < 0.05
     exact = m[_key("divergence_exact_p_value", prompt="story", versus="1-4")]
     assert exact.value == pytest.approx(5 / 126)   # 4 of 5 versus 0 of 4: C(5,4) / C(9,4)
 
 
-def test_reference_is_the_modal_output_at_the_lowest_level_and_errors_are_counted_apart():
+def test_reference_is_the_modal_output_of_the_reference_sample_not_of_a_tested_level():
+    # The reference sample's mode is a (2 of 3, a failed request left out); level 1's own mode is
+    # b, and level 1 is measured against a like every other level.
     a, b = "alpha beta", "alpha gamma"
-    rows = [_row(b, 1), _row(a, 1), _row(a, 1), _row("", 1, error="timeout"),
+    rows = [_row(a, 1, phase="reference"), _row(b, 1, phase="reference"), _row(a, 1, phase="reference"),
+            _row("", 1, phase="reference", error="timeout"),
+            _row(b, 1), _row(a, 1), _row(b, 1), _row("", 1, error="timeout"),
             _row(a, 8, fingerprint="fp_b"), _row(b, 8)]
     m = _metrics(rows, levels=[1, 8])
-    assert m[_key("divergence_rate", prompt="story", concurrency=1)].value == pytest.approx(1 / 3)
+    assert m[_key("reference_modal_share", prompt="story")].value == pytest.approx(2 / 3)
+    assert m[_key("divergence_rate", prompt="story", concurrency=1)].value == pytest.approx(2 / 3)
     assert m[_key("error_rate", prompt="story", concurrency=1)].value == pytest.approx(1 / 4)
     assert m[_key("divergence_rate", prompt="story", concurrency=8)].value == pytest.approx(1 / 2)
     assert m[_key("system_fingerprints", prompt="story", concurrency=8)].value == 2
@@ -117,7 +124,8 @@ def test_reference_is_the_modal_output_at_the_lowest_level_and_errors_are_counte
 def test_token_positions_come_from_single_token_chunks_or_logprobs():
     text_a, text_b = "Once upon a time", "Once upon the time"
     chunks = [4, 5, 2, 5]
-    rows = [_row(text_a, 1, chunks=chunks, usage={"completion_tokens": 4}) for _ in range(3)]
+    rows = [_row(text_a, 1, chunks=chunks, usage={"completion_tokens": 4}, phase=phase)
+            for phase in ("reference", "measure") for _ in range(3)]
     rows.append(_row(text_b, 4, chunks=[4, 5, 4, 5], usage={"completion_tokens": 4}))
     logprob_row = _row(text_b, 4)
     logprob_row["extra"] = {"logprobs": [{"token": t} for t in ["Once", " upon", " the", " time"]]}
@@ -137,7 +145,7 @@ def test_structured_prompt_reports_field_agreement_apart_from_bytes():
     ref = '{"sentiment": "mixed", "rating": 3, "would_recommend": true, "summary": "Strong but loud."}'
     same_meaning = '{"rating": 3, "sentiment": "mixed", "would_recommend": true, "summary": "Strong but loud."}'
     other_summary = '{"sentiment": "mixed", "rating": 3, "would_recommend": true, "summary": "Loud, strong."}'
-    rows = [_row(ref, 1, "review_json") for _ in range(3)]
+    rows = [_row(ref, 1, "review_json", phase=phase) for phase in ("reference", "measure") for _ in range(3)]
     rows += [_row(ref, 4, "review_json"), _row(same_meaning, 4, "review_json"),
              _row(other_summary, 4, "review_json"), _row('{"sentiment": "mix', 4, "review_json")]
     m = _metrics(rows, levels=[1, 4])
@@ -150,6 +158,15 @@ def test_structured_prompt_reports_field_agreement_apart_from_bytes():
     assert m[_key("semantic_divergence_rate", prompt="review_json", concurrency=1)].value == 0
     # Plain-text prompts get no JSON metrics.
     assert not [k for k in m if k[0] == "json_valid_rate" and '"story"' in k[1]]
+
+
+def test_without_a_reference_sample_nothing_is_measured_against_a_reference():
+    # A run stored before the reference sample existed: no reference, so no divergence rate and
+    # no trend test; the per-level descriptive metrics remain.
+    rows = [_row("x", 1), _row("x", 1), _row("y", 4), _row("x", 4)]
+    m = _metrics(rows, levels=[1, 4])
+    assert not [k for k in m if k[0] in ("divergence_rate", "divergence_trend_p_value", "reference_modal_share")]
+    assert m[_key("divergence_rate_vs_modal", prompt="story", concurrency=4)].value == pytest.approx(1 / 2)
 
 
 def test_rejected_parameters_are_counted():

@@ -24,6 +24,14 @@ def _run_suite(tmp_path, port, *params):
     return rows, metrics
 
 
+def _assert_counts(rows, *, prompts, levels, per_level):
+    """Every level's requests, and before them the default 8 reference requests per prompt."""
+    phases = [r["labels"]["phase"] for r in rows]
+    assert phases.count("measure") == prompts * levels * per_level
+    assert phases.count("reference") == prompts * 8
+    assert phases[:prompts * 8] == ["reference"] * (prompts * 8)      # sent before the levels
+
+
 def _unique(metrics, prompt, level):
     return metrics["unique_outputs", prompt, level, None]["value"]
 
@@ -32,7 +40,7 @@ def test_default_slots_diverge_at_concurrency_4_and_not_alone(tmp_path, llama_se
     server = llama_servers.get()
     rows, metrics = _run_suite(tmp_path, server.port, "levels=[1, 4]", "requests_per_level=24", "max_tokens=128",
                                f"prompts={OPEN_ENDED}")
-    assert len(rows) == 2 * 2 * 24
+    _assert_counts(rows, prompts=2, levels=2, per_level=24)
     body = rows[0]["request_body"]
     assert body["temperature"] == 0.0 and body["seed"] == 1234 and body["max_tokens"] == 128
     prompts = json.loads(OPEN_ENDED)
@@ -52,7 +60,7 @@ def test_one_kv_region_per_slot_does_not_diverge(tmp_path, llama_servers):
     server = llama_servers.get(slots=8)
     rows, metrics = _run_suite(tmp_path, server.port, "levels=[1, 8]", "requests_per_level=16", "max_tokens=128",
                                'prompts=["story", "explain", "review_json"]')
-    assert len(rows) == 3 * 2 * 16
+    _assert_counts(rows, prompts=3, levels=2, per_level=16)
     for prompt in ("story", "explain", "review_json"):
         for level in (1, 8):
             assert _unique(metrics, prompt, level) == 1, (prompt, level)

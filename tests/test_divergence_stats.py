@@ -49,6 +49,18 @@ def test_exact_trend_p_value_equals_brute_force_enumeration():
             checked += 1
 
 
+@pytest.mark.parametrize("alternative", ["increasing", "decreasing", "two-sided"])
+def test_rescaled_scores_give_the_same_p_value(alternative):
+    # Scores 0, 1, 2, 4 rescaled and shifted: the same test, so the same exact p, the brute-force
+    # enumeration's. Non-integer scores used to fall back to the normal approximation.
+    successes, totals = [1, 2, 4, 5], [6, 6, 6, 6]
+    reference = _brute_force_trend_p(successes, totals, [0, 1, 2, 4], alternative)
+    for scores in ([0, 1, 2, 4], [0, 0.5, 1, 2], [10, 20, 30, 50], [-0.3, -0.2, -0.1, 0.1],
+                   [0, math.sqrt(2), 2 * math.sqrt(2), 4 * math.sqrt(2)], [1e-3, 2e-3, 3e-3, 5e-3]):
+        result = stats.cochran_armitage(successes, totals, scores, alternative)
+        assert result.exact and result.p_value == pytest.approx(reference, abs=1e-12), scores
+
+
 def test_trend_statistic_matches_the_textbook_formula():
     # z = (T - X/N * sum(n s)) / sqrt(p (1 - p) * sum(n (s - mean s)^2)), here by hand.
     successes, totals, scores = [2, 5, 9], [20, 20, 20], [0, 1, 2]
@@ -69,8 +81,8 @@ def test_trend_edge_cases():
     # Too large to enumerate: the normal approximation, still decisive.
     big = stats.cochran_armitage([100 + 10 * i for i in range(10)], [300] * 10)
     assert not big.exact and big.p_value < 1e-6
-    # Non-integer scores: the normal approximation.
-    assert not stats.cochran_armitage([1, 5, 9], [20, 20, 20], [0, 0.5, 1.7]).exact
+    # Scores on no common lattice: the normal approximation.
+    assert not stats.cochran_armitage([1, 5, 9], [20, 20, 20], [0, 1, math.sqrt(2)]).exact
     with pytest.raises(ValueError):
         stats.cochran_armitage([1, 2], [3, 4], alternative="up")
 

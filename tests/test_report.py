@@ -249,6 +249,33 @@ def test_markdown_and_json(report_store):
     assert any(e["text"] == IMG for p in evil["probes"] for e in p["examples"])
 
 
+def test_flagged_percentiles_are_marked_and_explained_in_every_format(report_store):
+    # 6 latency requests a level: p50 has a bounded interval, p99 (needs 368) is flagged.
+    _, config, store = report_store
+    report = collect(store, config.slo)
+    latency = next(s for s in report.sections if (s.target, s.suite) == ("emulator", "latency"))
+    by_name = {(m.name, m.labels.get("concurrency")): m for m in latency.probes[0].metrics}
+    assert by_name[("ttft_p99_ms", 1)].flags == ["interval_unbounded"]
+    assert by_name[("ttft_p50_ms", 1)].flags is None
+
+    markdown = render_markdown(report)
+    p99_row = next(line for line in markdown.splitlines() if line.startswith("| ttft\\_p99\\_ms | concurrency=1 |"))
+    assert " (!) |" in p99_row and ".. unbounded |" in p99_row
+    p50_row = next(line for line in markdown.splitlines() if line.startswith("| ttft\\_p50\\_ms | concurrency=1 |"))
+    assert "(!)" not in p50_row and "unbounded" not in p50_row
+    assert "(!) interval\\_unbounded: too few requests" in markdown
+    assert "coverage at least 95%" in markdown
+
+    page = render_html(report)
+    assert 'title="interval_unbounded: never judged">(!)</span>' in page and ".. unbounded</td>" in page
+    assert "(!) interval_unbounded: too few requests" in page and "coverage at least 95%" in page
+
+    data = json.loads(render_json(report))
+    section = next(s for s in data["sections"] if (s["target"], s["suite"]) == ("emulator", "latency"))
+    flagged = {m["name"] for m in section["probes"][0]["metrics"] if m["flags"]}
+    assert "ttft_p99_ms" in flagged and "ttft_p50_ms" not in flagged
+
+
 def test_markdown_escaping_helpers():
     assert text("a|b <i>x</i> `c` *d*\nnext") == "a\\|b &lt;i&gt;x&lt;/i&gt; \\`c\\` \\*d\\* next"
     assert code_block("x ```` y").startswith("`````text\n")

@@ -86,6 +86,18 @@ def test_for_one_fires_at_once_and_refires_after_resolving(tmp_path):
     assert seen == [("firing", ["firing"]), ("resolved", ["resolved"]), ("firing", ["firing"])]
 
 
+def test_a_flagged_metric_is_never_judged(tmp_path):
+    # p99 of 32 requests: its interval is unbounded, so a rule on it neither breaks nor holds.
+    config = ProberConfig.model_validate({"slo": [{"name": "p99", "metric": "ttft_p99_ms", "threshold": 800}],
+                                          "drift": {"enabled": False}})
+    row = {"name": "ttft_p99_ms", "labels": {"concurrency": 16}, "n": 32, "unit": "ms", "ci_low": 700.0}
+    with Store.open(f"sqlite:///{tmp_path / 'p.db'}") as store:
+        flagged = add_run(store, "flagged", 0, [{**row, "value": 5000.0, "flags": ["interval_unbounded"]}])
+        assert evaluate_run(store, config, flagged["id"]).checked == 0 and store.alerts() == []
+        judged = add_run(store, "judged", 1, [{**row, "value": 5000.0, "ci_high": 6000.0, "n": 400}])
+        assert evaluate_run(store, config, judged["id"]).firing
+
+
 def test_slo_config_from_toml_and_its_errors(tmp_path):
     path = tmp_path / "prober.toml"
     path.write_text(textwrap.dedent("""
@@ -134,7 +146,8 @@ def test_prober_run_exits_1_when_an_slo_fires_and_0_when_it_holds(tmp_path):
         model = "emulator-1"
         emulator = {{ }}
     """)
-    params = ["--param", "levels=[1]", "--param", "requests_per_level=4", "--param", "warmup=0",
+    # 6 requests: the fewest whose median has a bounded interval (a flagged p50 is never judged).
+    params = ["--param", "levels=[1]", "--param", "requests_per_level=6", "--param", "warmup=0",
               "--param", "max_tokens=8"]
     (tmp_path / "holds.toml").write_text(base + '[[slo]]\nname = "ttft"\nmetric = "ttft_p50_ms"\nthreshold = 60000\n')
     held = prober("run", "--suite", "latency", "-c", str(tmp_path / "holds.toml"), *params, cwd=tmp_path)

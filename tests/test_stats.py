@@ -13,6 +13,29 @@ def test_percentile_interpolates_between_ranks():
     assert stats.percentile(data, 90) == pytest.approx(37.0)
 
 
+def test_percentile_equals_numpy_linear_and_rejects_q_outside_0_to_100():
+    import numpy as np
+
+    data = [3.5, 1.0, 8.25, 2.0, 40.0, 7.0, 7.0]
+    for q in (0, 1, 10, 33.3, 50, 90, 99, 100):
+        assert stats.percentile(data, q) == pytest.approx(float(np.percentile(data, q, method="linear")))
+    for q in (-10, -1e-9, 100.5, float("nan")):
+        with pytest.raises(ValueError, match="within"):
+            stats.percentile(data, q)
+
+
+def test_benjamini_hochberg_equals_statsmodels_and_keeps_nan_and_none():
+    from statsmodels.stats.multitest import multipletests
+
+    p_values = [0.01, float("nan"), 0.04, None, 0.03, 0.5, 0.002, float("nan")]
+    adjusted = stats.benjamini_hochberg(p_values)
+    tests = [i for i, p in enumerate(p_values) if p is not None and not math.isnan(p)]
+    reference = multipletests([p_values[i] for i in tests], method="fdr_bh")[1]
+    for i, q in zip(tests, reference):
+        assert adjusted[i] == pytest.approx(q, rel=1e-12)
+    assert math.isnan(adjusted[1]) and math.isnan(adjusted[7]) and adjusted[3] is None
+
+
 def test_percentile_ignores_missing_and_handles_empty():
     assert stats.percentile([], 50) is None
     assert stats.percentile([None, float("nan")], 50) is None

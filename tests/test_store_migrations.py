@@ -26,7 +26,7 @@ SAMPLE_COLUMNS = [
 RUN_COLUMNS = ["id", "suite", "started_at", "finished_at", "status", "prober_version", "config_hash", "host", "pid",
                "targets", "loop_lag", "notes", "lease_expires_at"]
 METRIC_COLUMNS = ["id", "run_id", "target", "probe", "name", "labels", "value", "ci_low", "ci_high", "n", "unit",
-                  "entry"]
+                  "entry", "flags"]
 
 
 def _columns(engine: sa.Engine, table: str) -> list[str]:
@@ -57,7 +57,8 @@ def test_new_database_gets_the_whole_schema(store_url):
         assert _indexes(engine, "metrics") == {"ix_metrics_run_id": ["run_id"]}
         assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial"), (2, "m002_alerts"),
                                                                (3, "m003_sample_service_tier"), (4, "m004_run_lease"),
-                                                               (5, "m005_run_provenance"), (6, "m006_store_identity")]
+                                                               (5, "m005_run_provenance"), (6, "m006_store_identity"),
+                                                               (7, "m007_metric_flags")]
         assert schema_version(engine) == len(MIGRATIONS)
     finally:
         engine.dispose()
@@ -127,6 +128,23 @@ def test_old_database_is_upgraded_in_place_and_keeps_its_rows(store_url):
     with pytest.raises(ConfigError, match=rf"schema version {len(later)}, newer than this prober knows "
                                           rf"\({len(MIGRATIONS)}\)"):
         Store.open(store_url)
+
+
+def test_metric_rows_of_a_version_2_database_gain_no_flags(store_url):
+    engine = open_engine(store_url)
+    try:
+        migrate(engine, upto=2)
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO runs (id, suite, started_at, status, prober_version, config_hash, "
+                                 "host, pid) VALUES ('r1', 'latency', '2026-01-01 00:00:00', 'complete', '0', "
+                                 "'h', 'host', 1)"))
+            conn.execute(sa.text("INSERT INTO metrics (run_id, target, probe, name, value) "
+                                 "VALUES ('r1', 'emu', 'latency', 'ttft_p99_ms', 5.0)"))
+    finally:
+        engine.dispose()
+    with Store.open(store_url) as upgraded:
+        (row,) = upgraded.metrics("r1")
+    assert row["value"] == 5.0 and row["flags"] is None
 
 
 def test_migrate_stops_at_a_version_and_resumes(store_url):

@@ -209,15 +209,18 @@ def test_metrics_round_trip(db):
     db.create_run(make_run("r1"))
     metrics = [Metric(run_id="r1", target="emu", probe="latency", name="ttft_p50_ms", value=7.25,
                       labels={"concurrency": 4}, ci_low=7.0, ci_high=7.5, n=200, unit="ms"),
-               Metric(run_id="r1", target="emu", probe="caching", name="hit_rate", value=None)]
+               Metric(run_id="r1", target="emu", probe="caching", name="hit_rate", value=None),
+               Metric(run_id="r1", target="emu", probe="latency", name="ttft_p99_ms", value=9.0, ci_low=8.1,
+                      n=32, unit="ms", flags=["interval_unbounded"])]
     db.write_metrics(metrics)
     db.write_metrics([])
-    first, second = db.metrics("r1")
+    first, second, third = db.metrics("r1")
     assert {key: first[key] for key in ("target", "probe", "name", "labels", "value", "ci_low", "ci_high",
-                                        "n", "unit")} == \
+                                        "n", "unit", "flags")} == \
         {"target": "emu", "probe": "latency", "name": "ttft_p50_ms", "labels": {"concurrency": 4}, "value": 7.25,
-         "ci_low": 7.0, "ci_high": 7.5, "n": 200, "unit": "ms"}
+         "ci_low": 7.0, "ci_high": 7.5, "n": 200, "unit": "ms", "flags": None}
     assert second["value"] is None and second["labels"] == {} and second["n"] is None
+    assert third["flags"] == ["interval_unbounded"] and third["ci_high"] is None
     assert [m["name"] for m in db.metrics("r1", probe="caching")] == ["hit_rate"]
 
 
