@@ -210,7 +210,7 @@ class DriftConfig(_Strict):
     """`[drift]`: each run against the previous complete runs of the same suite and target."""
 
     enabled: bool = True
-    baseline_runs: int = Field(28, ge=1, description="previous comparable runs in the baseline window")
+    baseline_runs: int = Field(56, ge=1, description="previous comparable runs in the baseline window")
     min_baseline_runs: int = Field(7, ge=1, description="fewer comparable runs than this: no drift test")
     # The page budget per target, split evenly over the night's tests (Bonferroni), so that quiet
     # nights page at most this often whatever the number of metrics.

@@ -443,19 +443,52 @@ def beta_binomial_tail(successes: int, n: int, mean: float, variance_factor: flo
     return min(1.0, 2 * min(upper, lower))
 
 
+@functools.lru_cache(maxsize=256)
+def _chi2_midpoint_quantiles(df: int, nodes: int) -> tuple[float, ...]:
+    from scipy.stats import chi2
+
+    return tuple(float(q) for q in chi2.ppf([(i + 0.5) / nodes for i in range(nodes)], df))
+
+
+# Points of the dispersion's distribution averaged over (equal-probability midpoints).
+DISPERSION_NODES = 12
+
+
 def share_night_p(successes: int, n: int, base_successes: Sequence[int], base_totals: Sequence[int],
-                  alternative: str = "two-sided") -> float | None:
+                  alternative: str = "two-sided", nights: int = 1) -> float | None:
     """P-value that tonight's x of n comes from the night-to-night distribution the baseline runs'
     shares show: the beta-binomial predictive of tonight's count. Its mean is the pooled baseline
     share with half a success added (an all-zero baseline still allows a little); its variance
-    adds the between-night spread the baseline shows (intra-night correlation rho from Pearson's
-    dispersion phi = 1 + (m - 1) rho at the baseline runs' mean size m, never below 0) and the
-    uncertainty of the pooled share itself (phi p (1 - p) / N). None with fewer than 3 baseline runs."""
+    adds the between-night spread (intra-night correlation rho from Pearson's dispersion
+    phi = 1 + (m - 1) rho at the baseline runs' mean size m, never below 0) and the uncertainty of
+    the pooled share itself (phi p (1 - p) / N). phi is known only from the baseline's Pearson
+    X^2, and a plug-in estimate under-covers at strict levels, as a normal quantile does for a t
+    one: the tail is averaged over the values of phi that X^2 allows (X^2 ~ c chi2(df), df from the
+    spread of its terms, at most k - 1) at DISPERSION_NODES equal-probability points, each at least 1. When x of n are the counts of
+    `nights` runs together, each run has its own night effect: the correlation spans n / nights
+    trials, not n. None with fewer than 3 baseline runs."""
     k, total = len(base_totals), sum(base_totals)
     if n <= 0 or k < 3 or total <= 0:
         return None
-    phi = max(1.0, binomial_dispersion(base_successes, base_totals) or 1.0)
-    size = total / k
-    rho = (phi - 1) / (size - 1) if size > 1 else 0.0
     share = (sum(base_successes) + 0.5) / (total + 1)
-    return beta_binomial_tail(successes, n, share, 1 + (n - 1) * rho + n * phi / total, alternative)
+    size = total / k
+    pooled = sum(base_successes) / total
+    if 0 < pooled < 1:
+        # X^2 is phi chi2(df) with df matched to its spread (Satterthwaite): skewed night-to-night
+        # variation makes the Pearson terms heavy-tailed and the estimate of phi less certain than
+        # k - 1 normal terms would, so df shrinks below k - 1.
+        terms = [(x - m * pooled) ** 2 / (m * pooled * (1 - pooled)) for x, m in zip(base_successes, base_totals)]
+        mean = sum(terms) / k
+        spread = sum((t - mean) ** 2 for t in terms) / (k - 1)
+        df = max(2, round((k - 1) * min(1.0, 2 * mean ** 2 / spread if spread > 0 else 1.0)))
+        # X^2 ~ c chi2(df) with c df = (k - 1) phi: phi = X^2 df / ((k - 1) chi2(df))
+        dispersions = [max(1.0, sum(terms) * df / ((k - 1) * q))
+                       for q in _chi2_midpoint_quantiles(df, DISPERSION_NODES)]
+    else:
+        dispersions = [1.0]       # a baseline at 0 or 1 shows no spread to measure
+    tails = [beta_binomial_tail(successes, n, share,
+                                1 + (n / nights - 1) * ((phi - 1) / (size - 1) if size > 1 else 0.0)
+                                + n * phi / total,
+                                alternative)
+             for phi in dispersions]
+    return sum(tails) / len(tails)

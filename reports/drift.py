@@ -61,15 +61,16 @@ LATENCY_LOG_VARIANCE_FLOOR = 0.01 ** 2
 # The tests need a spread: a prediction interval on fewer than 3 baseline runs has 1 degree of freedom.
 FEWEST_BASELINE_RUNS = 3
 
-# +1: a rise is a regression; -1: a fall is. A metric not listed has no agreed bad direction
-# (modal_share mirrors divergence_rate, a paired difference may move either way): notices only.
+# +1: a rise is a regression; -1: a fall is. A metric not listed pages nothing, its moves are
+# notices: no agreed bad direction (a paired difference may move either way), or a mirror or a
+# component of a listed one that pages for it (modal_share and divergence_rate_vs_modal mirror
+# divergence_rate; parse failures, key and value drift, premature stops, quote substitutions and
+# dropped optionals are the parts of the penalty probe's corruption_rate, baseline_match_rate its
+# complement). Every page-eligible family splits the budget, so a mirror would only cost power.
 BAD_DIRECTION = {
-    "error_rate": 1, "divergence_rate": 1, "divergence_rate_vs_modal": 1, "corruption_rate": 1,
-    "truncation_rate": 1, "premature_stop_rate": 1, "quote_substitution_rate": 1, "key_drift_rate": 1,
-    "value_drift_rate": 1, "dropped_optional_rate": 1,
-    "hit_rate": -1, "accuracy": -1, "parse_rate": -1, "goodput": -1, "json_valid_rate": -1,
-    "key_order_conformance": -1, "baseline_match_rate": -1, "cache_read_reported": -1,
-    "cache_write_reported": -1, "usage_consistent": -1, "tier_match_rate": -1,
+    "error_rate": 1, "divergence_rate": 1, "corruption_rate": 1, "truncation_rate": 1,
+    "hit_rate": -1, "accuracy": -1, "goodput": -1, "json_valid_rate": -1, "key_order_conformance": -1,
+    "cache_read_reported": -1, "cache_write_reported": -1, "usage_consistent": -1, "tier_match_rate": -1,
     "ttft_ms": 1, "e2e_ms": 1, "itl_ms": 1,
 }
 
@@ -149,19 +150,38 @@ def min_effect_for(kind: str, metric: str, config: DriftConfig) -> float:
     return config.min_effect.get(metric, config.min_effect.get(kind, DEFAULT_MIN_EFFECT[kind]))
 
 
+# The share of the nightly page budget each window spends. A single night must be far out to page
+# (a collapse pages at once); a sustained move is judged on its second night, where the mean of
+# two nights has half the night-to-night variance, at the looser level.
+WINDOW_BUDGET = {1: 0.1, 2: 0.9}
+
+
 def decide(tests: Sequence[DriftTest], config: DriftConfig) -> list[DriftTest]:
-    """Split each target's nightly page budget over its regression tests (Bonferroni), then
-    apply the minimum effect. Notice-only tests are held to the same level, spent on nobody's pager."""
+    """Split each target's nightly page budget over its regression tests (weighted Bonferroni):
+    WINDOW_BUDGET per window (a window with no tests leaves its share to the other), evenly over
+    the probes tested in it, evenly over each probe's families, so that a probe with a wide grid
+    (penalty: a family per setting) does not take the power of the others. Then the minimum effect.
+    Notice-only tests are held to the same level, spent on nobody's pager."""
     per_night = config.false_pages_per_90_nights / 90
-    regression_tests: dict[str, int] = defaultdict(int)
+    families: dict[tuple[str, int, str], int] = defaultdict(int)
     for test in tests:
-        regression_tests[test.target] += test.direction != 0
+        if test.direction != 0:
+            families[(test.target, test.nights, test.probe)] += 1
+    probes: dict[tuple[str, int], int] = defaultdict(int)
+    for target, nights, _ in families:
+        probes[(target, nights)] += 1
     decided = []
     for test in tests:
-        alpha = per_night / max(1, regression_tests[test.target])
+        windows = {nights: share for nights, share in WINDOW_BUDGET.items() if probes[(test.target, nights)]}
+        window = windows.get(test.nights, 0.0) / sum(windows.values()) if windows else 1.0
+        alpha = (per_night * window / max(1, probes[(test.target, test.nights)])
+                 / max(1, families[(test.target, test.nights, test.probe)]))
         floor = min_effect_for(test.kind, test.metric, config)
-        detected = (test.p_value is not None and test.p_value <= alpha and test.effect is not None
-                    and abs(test.effect) >= floor - 1e-12)
+        # A directional test's p is one-sided towards the bad direction; 1 - p stands for the other
+        # tail, so that a large improvement still shows as a notice.
+        significant = test.p_value is not None and (
+            test.p_value <= alpha or (test.direction != 0 and 1 - test.p_value <= alpha))
+        detected = significant and test.effect is not None and abs(test.effect) >= floor - 1e-12
         decided.append(replace(test, alpha=alpha, min_effect=floor, detected=detected))
     return decided
 
@@ -311,7 +331,7 @@ def _night_test(kind: str, target: str, probe: str, metric: str, labels: dict[st
     if kind == "proportion":
         x, n = sum(v.successes for v in current), sum(v.n for v in current)
         base_x, base_n = [v.successes for v in baseline], [v.n for v in baseline]
-        p = stats.share_night_p(x, n, base_x, base_n, _alternative(direction))
+        p = stats.share_night_p(x, n, base_x, base_n, _alternative(direction), nights=m)
         now, before = x / n, sum(base_x) / sum(base_n)
         return DriftTest(kind, target, probe, metric, labels, p, now - before, before, now, n, sum(base_n), k, m,
                          **common)
