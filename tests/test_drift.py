@@ -260,14 +260,20 @@ def test_an_improvement_or_a_move_without_a_bad_direction_is_a_notice_and_never_
         ("ttft_ms", True)]
 
 
-def test_the_page_budget_is_split_over_the_regression_tests_of_each_target():
+def test_the_page_budget_is_split_over_windows_probes_and_families_and_adds_up_to_it():
     config = DriftConfig(false_pages_per_90_nights=0.9)
-    quiet = [run_values(_latency_night(100 * (1 + 0.01 * (i % 3)))) for i in range(config.baseline_runs + 1)]
-    tests, _ = target_tests("t", run_values(_latency_night(100)), quiet, config)
-    other, _ = target_tests("u", run_values(_latency_night(100)), quiet, config)
-    decided = decide(tests + other[:1], config)
-    # "t": two TTFT windows page-eligible (modal share has no bad direction); "u": one.
-    assert [t.alpha for t in decided if t.target == "t"] == pytest.approx([0.01 / 2] * 4)
+    quiet = [{**run_values(_latency_night(100 * (1 + 0.01 * (i % 3)))), **run_values(_penalty_night({}))}
+             for i in range(config.baseline_runs + 1)]
+    tonight = {**run_values(_latency_night(100)), **run_values(_penalty_night({}))}
+    decided = decide(target_tests("t", tonight, quiet, config)[0] + target_tests("u", tonight, quiet, config)[0][:1],
+                     config)
+    alpha = {(t.target, t.probe, t.metric, t.nights): t.alpha for t in decided}
+    # "t": in each window two probes with one regression family each (modal share has no bad
+    # direction); one night gets 0.1 of the night's 0.01, two nights 0.9.
+    assert alpha[("t", "latency", "ttft_ms", 1)] == pytest.approx(0.01 * 0.1 / 2)
+    assert alpha[("t", "penalty", "corruption_rate", 2)] == pytest.approx(0.01 * 0.9 / 2)
+    # The regression tests of a target spend exactly its budget; "u" has only one test, which gets it all.
+    assert sum(t.alpha for t in decided if t.target == "t" and t.direction) == pytest.approx(0.01)
     assert [t.alpha for t in decided if t.target == "u"] == pytest.approx([0.01])
 
 
@@ -283,26 +289,26 @@ def _stored_night(store: Store, night: int, ttft_ms: float, errors: int, status:
 
 @pytest.mark.parametrize("shifted", [False, True])
 def test_drift_on_stored_runs_uses_the_previous_complete_runs_of_the_suite_and_target(tmp_path, shifted):
-    config = ProberConfig.model_validate({"drift": {"baseline_runs": 4, "min_baseline_runs": 3}})
-    quiet_ttft = [100, 104, 97, 101, 99]
+    config = ProberConfig.model_validate({"drift": {"baseline_runs": 8, "min_baseline_runs": 7}})
+    quiet_ttft = [100, 104, 97, 101, 99, 103, 98, 102, 100]
     with Store.open(f"sqlite:///{tmp_path / 'p.db'}") as store:
-        for night in range(3):
+        for night in range(7):
             first = _stored_night(store, night, quiet_ttft[night], night % 2)
             evaluation = evaluate_run(store, config, first["id"])
             assert evaluation.checked == 0                                   # too little history: no test...
             assert evaluation.notes == [f"drift: emu latency.latency: {night} comparable baseline run(s), the "
-                                        "night-level tests need 3: not tested"]           # ...and it says so
-        _stored_night(store, 3, 900, 20, status="failed")             # not complete: not in the baseline
-        add_run(store, "other-suite", 4, [share("error_rate", 24, 24, concurrency=4)], suite="divergence",
+                                        "night-level tests need 7: not tested"]           # ...and it says so
+        _stored_night(store, 7, 900, 20, status="failed")             # not complete: not in the baseline
+        add_run(store, "other-suite", 8, [share("error_rate", 24, 24, concurrency=4)], suite="divergence",
                 target="emu")
-        _stored_night(store, 5, quiet_ttft[3], 1)
-        tonight = _stored_night(store, 6, 250 if shifted else quiet_ttft[4], 12 if shifted else 0)
+        _stored_night(store, 9, quiet_ttft[7], 1)
+        tonight = _stored_night(store, 10, 250 if shifted else quiet_ttft[8], 12 if shifted else 0)
         tests = drift_for_run(store, tonight, config.drift).tests
         one_night = {(t.kind, t.metric): t for t in tests if t.nights == 1}
         assert set(one_night) == {("proportion", "error_rate"), ("latency", "ttft_ms"), ("latency", "itl_ms"),
                                   ("latency", "e2e_ms")}
-        assert {t.baseline_runs for t in one_night.values()} == {4}
-        assert {t.baseline_runs for t in tests if t.nights == 2} == {3}
+        assert {t.baseline_runs for t in one_night.values()} == {8}
+        assert {t.baseline_runs for t in tests if t.nights == 2} == {7}
         evaluation = evaluate_run(store, config, tonight["id"])
     fired = {row["metric"] for row in evaluation.fired_now}
     if shifted:
