@@ -51,9 +51,10 @@ threshold = 60000
 
 def test_a_closed_port_fails_alone_and_the_emulator_target_is_judged(tmp_path):
     config = _config(tmp_path, closed_port=free_port(), extra=SLO_RULES)
-    first, first_id = _run(tmp_path, config, *SMALL)
+    # Three earlier runs: the fewest the night-level drift tests take.
+    earlier = [_run(tmp_path, config, *SMALL) for _ in range(3)]
     second, run_id = _run(tmp_path, config, *SMALL)
-    for done in (first, second):
+    for done in [done for done, _ in earlier] + [second]:
         assert done.returncode == 3, done.stderr
         assert "Traceback" not in done.stderr
     # The emulator target gets its SLO line; the closed one says why it did not complete.
@@ -75,7 +76,7 @@ def test_a_closed_port_fails_alone_and_the_emulator_target_is_judged(tmp_path):
         judged = [a for a in store.alerts() if a["last_run_id"] == run_id]
         assert {a["target"] for a in judged} == {"emu"}
         assert {a["kind"] for a in judged} == {"slo", "drift"}
-        assert baseline_window(store, run, "emu", 7) == [store.get_run(first_id)]
+        assert baseline_window(store, run, "emu", 7) == [store.get_run(i) for _, i in reversed(earlier)]
         entries = store.run_entries(run_id)
         assert {(e["target"], e["probe"], e["probe_version"]) for e in entries} == {
             ("emu", "latency", 1), ("closed", "latency", 1)}
@@ -119,9 +120,9 @@ def test_runs_with_different_params_never_share_a_baseline(tmp_path):
         assert window(wide) == [six]
         drift = [a for a in store.alerts() if a["kind"] == "drift"]
         assert not [a for a in drift if a["last_run_id"] == six]   # no baseline, no test
-        tested = {a["labels"].get("concurrency") for a in drift if a["last_run_id"] == wide}
-        assert tested == {1}   # level 4 has no earlier run; level 1 is tested against the 6-request run only
-        assert all(a["detail"]["n_baseline"] == 6 for a in drift if a["last_run_id"] == wide)
+        # A latency family pools its levels: [1, 4] pools other cells than [1, 2], so the 6-request
+        # run is no baseline for it either (and one run would be too few).
+        assert not [a for a in drift if a["last_run_id"] == wide]
 
 
 def test_two_entries_of_one_probe_are_kept_apart(tmp_path):
