@@ -46,7 +46,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prober import stats  # noqa: E402
-from prober.config import DriftConfig, ProberConfig  # noqa: E402
+from prober.config import ProberConfig  # noqa: E402
 from reports.alerts import drift_observations, judge, slo_observations  # noqa: E402
 from reports.drift import decide, run_values, target_tests  # noqa: E402
 

@@ -395,18 +395,25 @@ def night_prediction_p(current: Sequence[float], baseline: Sequence[float], vari
     return float(min(1.0, 2 * student_t.sf(abs(t), k - 1))), se
 
 
+def pearson_terms(successes: Sequence[int], totals: Sequence[int]) -> list[float] | None:
+    """(x_i - n_i p)^2 / (n_i p (1 - p)) per group with n_i > 0, p the pooled share: the terms of
+    Pearson's X^2. None when the pooled share is 0 or 1 (no spread to measure) or nothing was tried."""
+    groups = [(x, n) for x, n in zip(successes, totals) if n > 0]
+    total = sum(n for _, n in groups)
+    pooled = sum(x for x, _ in groups) / total if total else 0.0
+    if pooled <= 0 or pooled >= 1:
+        return None
+    return [(x - n * pooled) ** 2 / (n * pooled * (1 - pooled)) for x, n in groups]
+
+
 def binomial_dispersion(successes: Sequence[int], totals: Sequence[int]) -> float | None:
     """Pearson's overdispersion estimate of shares that should share one probability: X^2 / (k - 1)
     with X^2 = sum (x_i - n_i p)^2 / (n_i p (1 - p)), p the pooled share (the quasi-binomial scale).
     1 when the pooled share is 0 or 1 (no spread to measure); None with fewer than 2 groups."""
-    groups = [(x, n) for x, n in zip(successes, totals) if n > 0]
-    if len(groups) < 2:
+    if sum(1 for n in totals if n > 0) < 2:
         return None
-    pooled = sum(x for x, _ in groups) / sum(n for _, n in groups)
-    if pooled <= 0 or pooled >= 1:
-        return 1.0
-    chi2 = sum((x - n * pooled) ** 2 / (n * pooled * (1 - pooled)) for x, n in groups)
-    return chi2 / (len(groups) - 1)
+    terms = pearson_terms(successes, totals)
+    return 1.0 if terms is None else sum(terms) / (len(terms) - 1)
 
 
 def beta_binomial_tail(successes: int, n: int, mean: float, variance_factor: float,
@@ -464,25 +471,25 @@ def share_night_p(successes: int, n: int, base_successes: Sequence[int], base_to
     the pooled share itself (phi p (1 - p) / N). phi is known only from the baseline's Pearson
     X^2, and a plug-in estimate under-covers at strict levels, as a normal quantile does for a t
     one: the tail is averaged over the values of phi that X^2 allows (X^2 ~ c chi2(df), df from the
-    spread of its terms, at most k - 1) at DISPERSION_NODES equal-probability points, each at least 1. When x of n are the counts of
-    `nights` runs together, each run has its own night effect: the correlation spans n / nights
-    trials, not n. None with fewer than 3 baseline runs."""
+    spread of its terms, at most k - 1) at DISPERSION_NODES equal-probability points, each at
+    least 1. When x of n are the counts of `nights` runs together, each run has its own night
+    effect: the correlation spans n / nights trials, not n. None with fewer than 3 baseline runs."""
     k, total = len(base_totals), sum(base_totals)
     if n <= 0 or k < 3 or total <= 0:
         return None
     share = (sum(base_successes) + 0.5) / (total + 1)
     size = total / k
-    pooled = sum(base_successes) / total
-    if 0 < pooled < 1:
+    terms = pearson_terms(base_successes, base_totals)
+    if terms is not None and len(terms) >= 2:
         # X^2 is phi chi2(df) with df matched to its spread (Satterthwaite): skewed night-to-night
         # variation makes the Pearson terms heavy-tailed and the estimate of phi less certain than
         # k - 1 normal terms would, so df shrinks below k - 1.
-        terms = [(x - m * pooled) ** 2 / (m * pooled * (1 - pooled)) for x, m in zip(base_successes, base_totals)]
-        mean = sum(terms) / k
-        spread = sum((t - mean) ** 2 for t in terms) / (k - 1)
-        df = max(2, round((k - 1) * min(1.0, 2 * mean ** 2 / spread if spread > 0 else 1.0)))
-        # X^2 ~ c chi2(df) with c df = (k - 1) phi: phi = X^2 df / ((k - 1) chi2(df))
-        dispersions = [max(1.0, sum(terms) * df / ((k - 1) * q))
+        g = len(terms)
+        mean = sum(terms) / g
+        spread = sum((t - mean) ** 2 for t in terms) / (g - 1)
+        df = max(2, round((g - 1) * min(1.0, 2 * mean ** 2 / spread if spread > 0 else 1.0)))
+        # X^2 ~ c chi2(df) with c df = (g - 1) phi: phi = X^2 df / ((g - 1) chi2(df))
+        dispersions = [max(1.0, sum(terms) * df / ((g - 1) * q))
                        for q in _chi2_midpoint_quantiles(df, DISPERSION_NODES)]
     else:
         dispersions = [1.0]       # a baseline at 0 or 1 shows no spread to measure
