@@ -210,9 +210,12 @@ class DriftConfig(_Strict):
     """`[drift]`: each run against the previous complete runs of the same suite and target."""
 
     enabled: bool = True
-    baseline_runs: int = Field(7, ge=1, description="previous complete runs in the baseline window")
-    min_baseline_runs: int = Field(3, ge=1, description="fewer complete runs than this: no drift test")
-    fdr: float = Field(0.05, gt=0, lt=1, description="Benjamini-Hochberg false discovery rate per run")
+    baseline_runs: int = Field(56, ge=1, description="previous comparable runs in the baseline window")
+    min_baseline_runs: int = Field(7, ge=1, description="fewer comparable runs than this: no drift test")
+    # The page budget per target, split evenly over the night's tests (Bonferroni), so that quiet
+    # nights page at most this often whatever the number of metrics.
+    false_pages_per_90_nights: float = Field(1.0, gt=0, lt=90, description="drift pages per target "
+                                             "per 90 quiet nights")
     # The smallest change worth an alert, per metric kind ("proportion": absolute difference of
     # shares; "latency": relative change of the median; "paired": change of the paired accuracy
     # difference) or per metric name, which wins over its kind.

@@ -556,14 +556,17 @@ def benjamini_hochberg(p_values: Sequence[float | None]) -> list[float | None]:
 # night-to-night variation of a real endpoint (load, routing, cache state) is part of the null.
 
 
-def night_prediction_p(current: Sequence[float], baseline: Sequence[float], variance_floor: float = 0.0
-                       ) -> tuple[float | None, float | None]:
-    """(two-sided p, standard error) that the mean of `current` (one value per recent night) comes
-    from the distribution the `baseline` values (one per earlier night) were drawn from: the
-    Student-t prediction interval of a normal sample, t = (mean(current) - mean(baseline)) /
-    sqrt(s^2 (1/m + 1/k)) on k - 1 degrees of freedom. `variance_floor` bounds s^2 from below (a
-    baseline that happened to agree closely must not make any change significant). None when the
-    baseline has fewer than 3 values (an interval on 1 degree of freedom is no test) or no spread."""
+def night_prediction_p(current: Sequence[float], baseline: Sequence[float], variance_floor: float = 0.0,
+                       alternative: str = "two-sided") -> tuple[float | None, float | None]:
+    """(p, standard error) that the mean of `current` (one value per recent night) comes from the
+    distribution the `baseline` values (one per earlier night) were drawn from: the Student-t
+    prediction interval of a normal sample, t = (mean(current) - mean(baseline)) / sqrt(s^2 (1/m +
+    1/k)) on k - 1 degrees of freedom. `alternative`: "two-sided", "greater" (the current mean is
+    higher) or "less". `variance_floor` bounds s^2 from below (a baseline that happened to agree
+    closely must not make any change significant). None when the baseline has fewer than 3 values
+    (an interval on 1 degree of freedom is no test) or no spread."""
+    if alternative not in ("two-sided", "greater", "less"):
+        raise ValueError(f"alternative must be two-sided, greater or less, not {alternative!r}")
     k, m = len(baseline), len(current)
     if k < 3 or m < 1:
         return None, None
@@ -575,38 +578,114 @@ def night_prediction_p(current: Sequence[float], baseline: Sequence[float], vari
 
     se = math.sqrt(variance * (1 / m + 1 / k))
     t = (sum(current) / m - mean) / se
+    if alternative == "greater":
+        return float(student_t.sf(t, k - 1)), se
+    if alternative == "less":
+        return float(student_t.cdf(t, k - 1)), se
     return float(min(1.0, 2 * student_t.sf(abs(t), k - 1))), se
+
+
+def pearson_terms(successes: Sequence[int], totals: Sequence[int]) -> list[float] | None:
+    """(x_i - n_i p)^2 / (n_i p (1 - p)) per group with n_i > 0, p the pooled share: the terms of
+    Pearson's X^2. None when the pooled share is 0 or 1 (no spread to measure) or nothing was tried."""
+    groups = [(x, n) for x, n in zip(successes, totals) if n > 0]
+    total = sum(n for _, n in groups)
+    pooled = sum(x for x, _ in groups) / total if total else 0.0
+    if pooled <= 0 or pooled >= 1:
+        return None
+    return [(x - n * pooled) ** 2 / (n * pooled * (1 - pooled)) for x, n in groups]
 
 
 def binomial_dispersion(successes: Sequence[int], totals: Sequence[int]) -> float | None:
     """Pearson's overdispersion estimate of shares that should share one probability: X^2 / (k - 1)
     with X^2 = sum (x_i - n_i p)^2 / (n_i p (1 - p)), p the pooled share (the quasi-binomial scale).
     1 when the pooled share is 0 or 1 (no spread to measure); None with fewer than 2 groups."""
-    groups = [(x, n) for x, n in zip(successes, totals) if n > 0]
-    if len(groups) < 2:
+    if sum(1 for n in totals if n > 0) < 2:
         return None
-    pooled = sum(x for x, _ in groups) / sum(n for _, n in groups)
-    if pooled <= 0 or pooled >= 1:
-        return 1.0
-    chi2 = sum((x - n * pooled) ** 2 / (n * pooled * (1 - pooled)) for x, n in groups)
-    return chi2 / (len(groups) - 1)
+    terms = pearson_terms(successes, totals)
+    return 1.0 if terms is None else sum(terms) / (len(terms) - 1)
 
 
-def share_change_p(successes: int, n: int, base_successes: Sequence[int], base_totals: Sequence[int]
-                   ) -> float | None:
-    """Two-sided p that tonight's share x / n differs from the baseline runs' share beyond their own
-    night-to-night spread: a quasi-binomial test. Variance phi p (1 - p) (1/n + 1/N), phi the
-    baseline's Pearson dispersion (at least 1: a baseline quieter than binomial says nothing about
-    tonight), p the pooled baseline share with half a success added (so that an all-zero baseline
-    still has a variance), N the baseline's trials; a continuity correction of 1/(2n); Student t on
-    k - 1 degrees of freedom for the estimated dispersion. None with fewer than 3 baseline runs."""
+def beta_binomial_tail(successes: int, n: int, mean: float, variance_factor: float,
+                       alternative: str = "two-sided") -> float:
+    """P-value of `successes` of `n` under the beta-binomial with share `mean` whose variance is
+    `variance_factor` times the binomial n p (1 - p) (1: the binomial itself). Exact tail sums of
+    the distribution, not a normal approximation, so that counts near 0 or n on a few trials keep
+    their level. `alternative`: "greater" P(X >= x), "less" P(X <= x), "two-sided" twice the
+    smaller, at most 1. The factor is capped just below n (the most a beta-binomial can spread)."""
+    if alternative not in ("two-sided", "greater", "less"):
+        raise ValueError(f"alternative must be two-sided, greater or less, not {alternative!r}")
+    if not 0 < mean < 1 or n <= 0:
+        raise ValueError("need 0 < mean < 1 and n > 0")
+    import numpy as np
+    from scipy.special import bdtr, bdtrc, betaln, gammaln
+
+    if variance_factor <= 1 + 1e-9 or n == 1:
+        upper = 1.0 if successes <= 0 else float(bdtrc(successes - 1, n, mean))
+        lower = float(bdtr(successes, n, mean)) if successes < n else 1.0
+    else:
+        # (s + n) / (s + 1) = variance_factor for a beta(mean s, (1 - mean) s) mixing distribution.
+        factor = min(variance_factor, n - 1e-6)
+        strength = (n - factor) / (factor - 1)
+        a, b = mean * strength, (1 - mean) * strength
+        k = np.arange(n + 1)
+        log_pmf = (gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
+                   + betaln(k + a, n - k + b) - betaln(a, b))
+        pmf = np.exp(log_pmf)
+        upper, lower = float(pmf[max(0, successes):].sum()), float(pmf[:successes + 1].sum())
+    if alternative == "greater":
+        return min(1.0, upper)
+    if alternative == "less":
+        return min(1.0, lower)
+    return min(1.0, 2 * min(upper, lower))
+
+
+@functools.lru_cache(maxsize=256)
+def _chi2_midpoint_quantiles(df: int, nodes: int) -> tuple[float, ...]:
+    from scipy.stats import chi2
+
+    return tuple(float(q) for q in chi2.ppf([(i + 0.5) / nodes for i in range(nodes)], df))
+
+
+# Points of the dispersion's distribution averaged over (equal-probability midpoints).
+DISPERSION_NODES = 12
+
+
+def share_night_p(successes: int, n: int, base_successes: Sequence[int], base_totals: Sequence[int],
+                  alternative: str = "two-sided", nights: int = 1) -> float | None:
+    """P-value that tonight's x of n comes from the night-to-night distribution the baseline runs'
+    shares show: the beta-binomial predictive of tonight's count. Its mean is the pooled baseline
+    share with half a success added (an all-zero baseline still allows a little); its variance
+    adds the between-night spread (intra-night correlation rho from Pearson's dispersion
+    phi = 1 + (m - 1) rho at the baseline runs' mean size m, never below 0) and the uncertainty of
+    the pooled share itself (phi p (1 - p) / N). phi is known only from the baseline's Pearson
+    X^2, and a plug-in estimate under-covers at strict levels, as a normal quantile does for a t
+    one: the tail is averaged over the values of phi that X^2 allows (X^2 ~ c chi2(df), df from the
+    spread of its terms, at most k - 1) at DISPERSION_NODES equal-probability points, each at
+    least 1. When x of n are the counts of `nights` runs together, each run has its own night
+    effect: the correlation spans n / nights trials, not n. None with fewer than 3 baseline runs."""
     k, total = len(base_totals), sum(base_totals)
     if n <= 0 or k < 3 or total <= 0:
         return None
-    from scipy.stats import t as student_t
-
-    phi = max(1.0, binomial_dispersion(base_successes, base_totals) or 1.0)
-    smoothed = (sum(base_successes) + 0.5) / (total + 1)
-    se = math.sqrt(phi * smoothed * (1 - smoothed) * (1 / n + 1 / total))
-    gap = max(0.0, abs(successes / n - sum(base_successes) / total) - 0.5 / n)
-    return float(min(1.0, 2 * student_t.sf(gap / se, k - 1)))
+    share = (sum(base_successes) + 0.5) / (total + 1)
+    size = total / k
+    terms = pearson_terms(base_successes, base_totals)
+    if terms is not None and len(terms) >= 2:
+        # X^2 is phi chi2(df) with df matched to its spread (Satterthwaite): skewed night-to-night
+        # variation makes the Pearson terms heavy-tailed and the estimate of phi less certain than
+        # k - 1 normal terms would, so df shrinks below k - 1.
+        g = len(terms)
+        mean = sum(terms) / g
+        spread = sum((t - mean) ** 2 for t in terms) / (g - 1)
+        df = max(2, round((g - 1) * min(1.0, 2 * mean ** 2 / spread if spread > 0 else 1.0)))
+        # X^2 ~ c chi2(df) with c df = (g - 1) phi: phi = X^2 df / ((g - 1) chi2(df))
+        dispersions = [max(1.0, sum(terms) * df / ((g - 1) * q))
+                       for q in _chi2_midpoint_quantiles(df, DISPERSION_NODES)]
+    else:
+        dispersions = [1.0]       # a baseline at 0 or 1 shows no spread to measure
+    tails = [beta_binomial_tail(successes, n, share,
+                                1 + (n / nights - 1) * ((phi - 1) / (size - 1) if size > 1 else 0.0)
+                                + n * phi / total,
+                                alternative)
+             for phi in dispersions]
+    return sum(tails) / len(tails)

@@ -97,27 +97,31 @@ def slo_observations(config: ProberConfig, metric_rows: list[dict[str, Any]], ru
 
 
 def drift_observations(tests: list[DriftTest], run: dict[str, Any]) -> list[Observation]:
-    """One observation per metric: broken when its one-night or its two-night test detected drift
-    (the detected test, else the one-night test, describes it)."""
+    """One observation per metric family with a bad direction: broken when its one-night or its
+    two-night test found a regression (that test, else the one-night test, describes it). Families
+    without a bad direction only ever make notices (DriftOutcome.notices)."""
     chosen: dict[str, DriftTest] = {}
     for test in tests:
+        if test.direction == 0:
+            continue
         held = chosen.get(test.key)
-        if held is None or (test.detected and not held.detected):
+        if held is None or (test.pages and not held.pages):
             chosen[test.key] = test
     observations = []
     for test in chosen.values():
         observations.append(Observation(
             key=test.key, kind="drift", name=f"drift_{test.metric}", severity="warning", target=test.target,
             suite=run["suite"], probe=test.probe, metric=test.metric, labels=test.labels, value=test.current,
-            broken=test.detected, for_runs=1, summary=test.summary,
+            broken=test.pages, for_runs=1, summary=test.summary,
             description=(f"{test.kind} test of the last {test.nights} run(s) against the spread of "
-                         f"{test.baseline_runs} earlier comparable runs; effect {format_value(test.effect)} "
-                         f"(minimum {format_value(test.min_effect)}), p={format_value(test.p_value)}, "
-                         f"Benjamini-Hochberg q={format_value(test.q_value)}"),
-            detail={"test": test.kind, "nights": test.nights, "p_value": test.p_value, "q_value": test.q_value,
+                         f"{test.baseline_runs} earlier comparable runs ({test.cells} cell(s) pooled); effect "
+                         f"{format_value(test.effect)} (minimum {format_value(test.min_effect)}), one-sided "
+                         f"p={format_value(test.p_value)} at level {format_value(test.alpha)} (the target's "
+                         "page budget split over tonight's regression tests)"),
+            detail={"test": test.kind, "nights": test.nights, "p_value": test.p_value, "alpha": test.alpha,
                     "effect": test.effect, "min_effect": test.min_effect, "baseline": test.baseline,
-                    "n_current": test.n_current, "n_baseline": test.n_baseline,
-                    "baseline_runs": test.baseline_runs}))
+                    "n_current": test.n_current, "n_baseline": test.n_baseline, "cells": test.cells,
+                    "most_moved": test.worst_cell, "baseline_runs": test.baseline_runs}))
     return observations
 
 
@@ -164,7 +168,7 @@ def evaluate_run(store: Any, config: ProberConfig, run_id: str, sinks: list[Sink
     previous = {row["key"]: row for row in store.alerts(keys=[o.key for o in observations])}
     now = utcnow()
     rows, events, evaluation = judge(observations, previous, run["id"], now)
-    evaluation.notes = drift.not_tested
+    evaluation.notes = drift.not_tested + drift.notices
     store.save_alert_changes(rows, events, [sink.name for sink in sinks])
     evaluation.deliveries = deliver_outbox(store, sinks)
     _renew_alertmanager(store, sinks, {r["key"] for r in evaluation.firing} - {r["key"] for r in evaluation.fired_now})

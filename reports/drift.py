@@ -2,43 +2,46 @@
 
 The night (run) is the unit. A real endpoint varies from night to night (load, routing, cache
 state, model revisions); pooling the requests of all baseline runs into one sample reads that
-variation as drift (issue 12: one metric alarmed on 9-21% of quiet nights). So each metric
-contributes one value per run, and tonight's value is judged against the values of the baseline
-runs, whose spread includes the night-to-night variation. Baseline: per suite entry, the previous
-`baseline_runs` runs of the same suite in which the target completed and the entry measured the
-same thing (reports/baseline.py); with none comparable the entry is not tested and
-`baseline_resets` says what changed.
+variation as drift (issue 12). So each metric family contributes one value per run, and tonight's
+value is judged against the values of the baseline runs, whose spread includes the night-to-night
+variation. Baseline: per suite entry, the previous `baseline_runs` runs of the same suite in which
+the target completed and the entry measured the same thing (reports/baseline.py); with none
+comparable the entry is not tested and `baseline_resets` says what changed.
 
-- proportion: a metric with n and a Wilson interval and a value in [0, 1] (error rate, hit rate,
-  divergence rate, accuracy...), counts rebuilt as round(value * n). A quasi-binomial test
-  (stats.share_change_p): binomial variance scaled by the overdispersion the baseline runs show.
-  Effect: the difference of the shares (absolute).
-- latency: the run's p50 of TTFT, end-to-end time and ITL (ttft_p50_ms, e2e_p50_ms, itl_p50_ms)
-  on the log scale, against the Student-t prediction interval of the baseline runs' log p50s
-  (stats.night_prediction_p). Effect: the relative change of the geometric mean.
-- paired: schema_order's paired accuracy difference (discordant_a_only - discordant_b_only) / n
-  per run, against the prediction interval of the baseline runs' differences, the spread floored
-  at tonight's own paired sampling variance. Its within-run McNemar p-value is not a drift test:
-  a difference that has always been there would alert every night. Effect: the change of the
-  paired difference.
+The page budget (`[drift] false_pages_per_90_nights`, one per target by default) decides the
+policy, measured by bench/alarm_calibration.py (docs/operations.md, "Alerting"):
 
-Two windows per metric: tonight against the previous `baseline_runs` runs, and the mean of
-tonight and the previous run against the `baseline_runs` runs before that one, which sees a
-sustained change with less noise than either night alone. The p-values of one target's run are
-adjusted together by Benjamini-Hochberg; a test fires when its q-value is within `[drift] fdr`
-and its effect reaches the minimum effect for its kind (or its metric name), so that a tiny
-shift on a large sample stays quiet. docs/operations.md ("Alerting") gives the measured false
-pages and detection delays (bench/alarm_calibration.py). A metric row with `flags` (too poorly
-estimated to judge) is left out; metrics without a per-run distribution (counts, throughput,
-costs) are left to SLO rules.
+- Families, not cells. Hundreds of metric cells per target would split the budget too thin to see
+  a real move, so the cells of one quantity are pooled into one run-level value first: the counts
+  of a share over the labels in POOLED_LABELS (prompts of a divergence level, the grid cells of one
+  penalty setting, the positions of a cache case; error rate and goodput over every label), and
+  the mean log p50 of a latency quantity over its concurrency levels. The alert's text names the
+  cell that moved most.
+- Regressions page, improvements notify. Each family has a bad direction (BAD_DIRECTION); its test
+  is one-sided in that direction. A family without one (modal share, paired differences...) and a
+  move in the good direction are reported as notices, never paged.
+- Tests, each with its exact or t-based level: a share is tonight's count against the
+  beta-binomial predictive of the baseline runs (stats.share_night_p: exact tails, the
+  overdispersion the baseline shows); a latency family is the Student-t prediction interval of the
+  baseline's values (stats.night_prediction_p) on the log scale; schema_order's paired difference
+  likewise, its spread floored at tonight's paired sampling variance.
+- Two windows: tonight against the previous `baseline_runs` runs, and the mean of tonight and the
+  previous run against the runs before that one: a sustained move shows on night 2 with half the
+  variance (the debounce).
+- The budget is split evenly (Bonferroni) over the night's regression tests of a target: each
+  fires at p <= (false_pages_per_90_nights / 90) / tests, when its effect also reaches the minimum
+  effect for its kind (or metric name). A flagged row is left out; metrics without a per-run
+  distribution (counts, throughput, costs) are left to SLO rules.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from prober import stats
@@ -58,6 +61,26 @@ LATENCY_LOG_VARIANCE_FLOOR = 0.01 ** 2
 # The tests need a spread: a prediction interval on fewer than 3 baseline runs has 1 degree of freedom.
 FEWEST_BASELINE_RUNS = 3
 
+# +1: a rise is a regression; -1: a fall is. A metric not listed pages nothing, its moves are
+# notices: no agreed bad direction (a paired difference may move either way), or a mirror or a
+# component of a listed one that pages for it (modal_share and divergence_rate_vs_modal mirror
+# divergence_rate; parse failures, key and value drift, premature stops, quote substitutions and
+# dropped optionals are the parts of the penalty probe's corruption_rate, baseline_match_rate its
+# complement). Every page-eligible family splits the budget, so a mirror would only cost power.
+BAD_DIRECTION = {
+    "error_rate": 1, "divergence_rate": 1, "corruption_rate": 1, "truncation_rate": 1,
+    "hit_rate": -1, "accuracy": -1, "goodput": -1, "json_valid_rate": -1, "key_order_conformance": -1,
+    "cache_read_reported": -1, "cache_write_reported": -1, "usage_consistent": -1, "tier_match_rate": -1,
+    "ttft_ms": 1, "e2e_ms": 1, "itl_ms": 1,
+}
+
+# Labels whose cells are pooled into one family value, per probe: what stays is what the family
+# is about (a divergence level, a penalty setting, a cache case). Error rate and goodput pool over
+# every label: an error is an error wherever it happens.
+POOLED_LABELS = {"latency": {"concurrency"}, "divergence": {"prompt"},
+                 "penalty": {"mode", "n_records", "temperature"}, "caching": {"position"}}
+POOLED_EVERYWHERE = frozenset({"error_rate", "goodput"})
+
 
 @dataclass(frozen=True)
 class DriftTest:
@@ -65,8 +88,8 @@ class DriftTest:
     target: str
     probe: str
     metric: str
-    labels: dict[str, Any]
-    p_value: float | None
+    labels: dict[str, Any]         # the family's labels (pooled labels left out)
+    p_value: float | None          # one-sided towards the bad direction; two-sided without one
     effect: float | None           # signed; see the module docstring for its unit per kind
     baseline: float | None         # pooled share, geometric mean (ms), or mean paired difference
     current: float | None          # the same over the tested nights
@@ -74,9 +97,17 @@ class DriftTest:
     n_baseline: int
     baseline_runs: int
     nights: int = 1                # 1: tonight alone; 2: tonight and the previous run together
+    direction: int = 0             # the bad direction (+1 up, -1 down), 0: notices only
+    cells: int = 1                 # metric cells pooled into the family
+    worst_cell: str = ""           # the cell that moved most towards the bad direction
     min_effect: float = 0.0
-    q_value: float | None = None
-    detected: bool = False
+    alpha: float | None = None     # the level this test was decided at
+    detected: bool = False         # significant and at least the minimum effect, either way
+
+    @property
+    def pages(self) -> bool:
+        """A detected move in the family's bad direction: a regression."""
+        return self.detected and self.direction != 0 and (self.effect or 0) * self.direction > 0
 
     @property
     def key(self) -> str:
@@ -85,17 +116,21 @@ class DriftTest:
     @property
     def summary(self) -> str:
         where = ", ".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+        pooled = f"{self.cells} cells pooled" if self.cells > 1 else ""
+        where = "; ".join(part for part in (where, pooled) if part)
         if self.kind == "latency":
             change = f"{self.effect:+.0%}" if self.effect is not None else "?"
-            moved = f"p50 {format_value(self.current)} ms vs {format_value(self.baseline)} ms ({change})"
+            mean = "mean " if self.cells > 1 else ""
+            moved = f"{mean}p50 {format_value(self.current)} ms vs {format_value(self.baseline)} ms ({change})"
         elif self.kind == "paired":
             moved = f"paired difference {format_value(self.current)} vs {format_value(self.baseline)}"
         else:
             moved = f"{format_value(self.current)} vs {format_value(self.baseline)}"
         when = "tonight" if self.nights == 1 else f"last {self.nights} runs"
-        q = "-" if self.q_value is None else f"{self.q_value:.2g}"
+        p = "-" if self.p_value is None else f"{self.p_value:.2g}"
+        worst = f"; most moved: {self.worst_cell}" if self.worst_cell else ""
         return (f"drift: {self.target} {self.probe} {self.metric}{f' ({where})' if where else ''}: {moved} "
-                f"({when}) against {self.baseline_runs} baseline runs (q={q})")
+                f"({when}) against {self.baseline_runs} baseline runs (p={p}){worst}")
 
 
 @dataclass
@@ -105,30 +140,53 @@ class DriftOutcome:
     tests: list[DriftTest] = field(default_factory=list)
     not_tested: list[str] = field(default_factory=list)
 
+    @property
+    def notices(self) -> list[str]:
+        """Detected moves that do not page: improvements, and families with no bad direction."""
+        return [f"notice: {t.summary}" for t in self.tests if t.detected and not t.pages]
+
 
 def min_effect_for(kind: str, metric: str, config: DriftConfig) -> float:
     return config.min_effect.get(metric, config.min_effect.get(kind, DEFAULT_MIN_EFFECT[kind]))
 
 
+# The share of the nightly page budget each window spends. A single night must be far out to page
+# (a collapse pages at once); a sustained move is judged on its second night, where the mean of
+# two nights has half the night-to-night variance, at the looser level.
+WINDOW_BUDGET = {1: 0.1, 2: 0.9}
+
+
 def decide(tests: Sequence[DriftTest], config: DriftConfig) -> list[DriftTest]:
-    """Benjamini-Hochberg across the tests of each target, then the minimum effect."""
-    by_target: dict[str, list[int]] = defaultdict(list)
-    for index, test in enumerate(tests):
-        by_target[test.target].append(index)
-    q_values: list[float | None] = [None] * len(tests)
-    for indices in by_target.values():
-        for index, q in zip(indices, stats.benjamini_hochberg([tests[i].p_value for i in indices])):
-            q_values[index] = q
+    """Split each target's nightly page budget over its regression tests (weighted Bonferroni):
+    WINDOW_BUDGET per window (a window with no tests leaves its share to the other), evenly over
+    the probes tested in it, evenly over each probe's families, so that a probe with a wide grid
+    (penalty: a family per setting) does not take the power of the others. Then the minimum effect.
+    Notice-only tests are held to the same level, spent on nobody's pager."""
+    per_night = config.false_pages_per_90_nights / 90
+    families: dict[tuple[str, int, str], int] = defaultdict(int)
+    for test in tests:
+        if test.direction != 0:
+            families[(test.target, test.nights, test.probe)] += 1
+    probes: dict[tuple[str, int], int] = defaultdict(int)
+    for target, nights, _ in families:
+        probes[(target, nights)] += 1
     decided = []
-    for test, q in zip(tests, q_values):
+    for test in tests:
+        windows = {nights: share for nights, share in WINDOW_BUDGET.items() if probes[(test.target, nights)]}
+        window = windows.get(test.nights, 0.0) / sum(windows.values()) if windows else 1.0
+        alpha = (per_night * window / max(1, probes[(test.target, test.nights)])
+                 / max(1, families[(test.target, test.nights, test.probe)]))
         floor = min_effect_for(test.kind, test.metric, config)
-        detected = (q is not None and q <= config.fdr and test.effect is not None
-                    and abs(test.effect) >= floor - 1e-12)
-        decided.append(replace(test, q_value=q, min_effect=floor, detected=detected))
+        # A directional test's p is one-sided towards the bad direction; 1 - p stands for the other
+        # tail, so that a large improvement still shows as a notice.
+        significant = test.p_value is not None and (
+            test.p_value <= alpha or (test.direction != 0 and 1 - test.p_value <= alpha))
+        detected = significant and test.effect is not None and abs(test.effect) >= floor - 1e-12
+        decided.append(replace(test, alpha=alpha, min_effect=floor, detected=detected))
     return decided
 
 
-# --- one value per run and metric ---------------------------------------------------------------
+# --- one value per run and metric family ----------------------------------------------------------
 
 # Differences of two shares carry unit "ratio" and an interval too, but are not a share of n.
 DIFFERENCE_METRICS = frozenset({"paired_difference", "penalty_effect"})
@@ -151,31 +209,59 @@ def is_proportion(row: dict[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class RunValue:
-    """One metric's value in one run: `value` (share, log p50 or paired difference), the counts
-    behind a share, and the sampling variance of a paired difference."""
+    """One metric family's value in one run: `value` (pooled share, mean log p50 or paired
+    difference), the counts behind a share, the sampling variance of a paired difference, and the
+    value of each cell pooled into it (labels key -> share or log p50)."""
 
     value: float
     successes: int = 0
     n: int = 0
     sampling_variance: float = 0.0
+    cells: tuple[tuple[str, float], ...] = ()
+
+    @cached_property
+    def cell_keys(self) -> tuple[str, ...]:
+        return tuple(key for key, _ in self.cells)
 
 
-Identity = tuple[str, str, str, str]          # (kind, probe, metric, labels key)
+Identity = tuple[str, str, str, str]          # (kind, probe, metric, family labels key)
+
+
+def family_labels(probe: str, metric: str, labels: dict[str, Any]) -> dict[str, Any]:
+    if metric in POOLED_EVERYWHERE:
+        return {}
+    pooled = POOLED_LABELS.get(probe, set())
+    return {k: v for k, v in labels.items() if k not in pooled}
 
 
 def run_values(rows: Iterable[dict[str, Any]]) -> dict[Identity, tuple[RunValue, dict[str, Any]]]:
-    """Every testable metric of one run's rows of one target, with its labels."""
-    found: dict[Identity, tuple[RunValue, dict[str, Any]]] = {}
+    """Every testable metric family of one run's rows of one target, with its labels."""
+    shares: dict[Identity, list[tuple[str, int, int]]] = defaultdict(list)
+    logs: dict[Identity, list[tuple[str, float, int]]] = defaultdict(list)
+    labels_of: dict[Identity, dict[str, Any]] = {}
     rows = list(rows)
     for row in rows:
         labels = row.get("labels") or {}
         if is_proportion(row):
-            x = round(row["value"] * row["n"])
-            found[("proportion", row["probe"], row["name"], labels_key(labels))] = (
-                RunValue(row["value"], x, int(row["n"])), labels)
+            kept = family_labels(row["probe"], row["name"], labels)
+            identity = ("proportion", row["probe"], row["name"], labels_key(kept))
+            shares[identity].append((labels_key(labels), round(row["value"] * row["n"]), int(row["n"])))
         elif row["name"] in LATENCY_FAMILIES and judgeable(row) and row["value"] > 0:
-            found[("latency", row["probe"], LATENCY_FAMILIES[row["name"]], labels_key(labels))] = (
-                RunValue(math.log(row["value"]), n=int(row.get("n") or 0)), labels)
+            metric = LATENCY_FAMILIES[row["name"]]
+            kept = family_labels(row["probe"], metric, labels)
+            identity = ("latency", row["probe"], metric, labels_key(kept))
+            logs[identity].append((labels_key(labels), math.log(row["value"]), int(row.get("n") or 0)))
+        else:
+            continue
+        labels_of[identity] = kept
+    found: dict[Identity, tuple[RunValue, dict[str, Any]]] = {}
+    for identity, cells in shares.items():
+        x, n = sum(c[1] for c in cells), sum(c[2] for c in cells)
+        found[identity] = (RunValue(x / n, x, n, cells=tuple(sorted((k, cx / cn) for k, cx, cn in cells))),
+                           labels_of[identity])
+    for identity, cells in logs.items():
+        found[identity] = (RunValue(sum(c[1] for c in cells) / len(cells), n=sum(c[2] for c in cells),
+                                    cells=tuple(sorted((k, v) for k, v, _ in cells))), labels_of[identity])
     for (probe, key), ((a, b, n), labels) in _discordant(rows).items():
         variance = ((a + b) - (a - b) ** 2 / n) / n ** 2
         found[("paired", probe, "paired_difference", key)] = (RunValue((a - b) / n, n=n, sampling_variance=variance),
@@ -198,51 +284,95 @@ def _discordant(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], tuple[t
     return counts
 
 
-# --- the night-level test of one metric -----------------------------------------------------------
+# --- the night-level test of one family -----------------------------------------------------------
+
+def _alternative(direction: int) -> str:
+    return {1: "greater", -1: "less"}.get(direction, "two-sided")
+
+
+def _worst_cell(kind: str, current: Sequence[RunValue], baseline: Sequence[RunValue], direction: int) -> str:
+    """The pooled cell whose value moved most (towards the bad direction when there is one)."""
+    if len(current[0].cells) < 2:
+        return ""
+    before: dict[str, list[float]] = defaultdict(list)
+    for run in baseline:
+        for key, value in run.cells:
+            before[key].append(value)
+    moves = []
+    for key, value in current[0].cells:
+        if before.get(key):
+            change = value - sum(before[key]) / len(before[key])
+            moves.append((change * direction if direction else abs(change), key, value, change))
+    if not moves:
+        return ""
+    _, key, value, change = max(moves)
+    where = ", ".join(f"{k}={v}" for k, v in sorted(json.loads(key).items()))
+    if kind == "latency":
+        return f"{where} p50 {format_value(math.exp(value))} ms ({math.exp(change) - 1:+.0%})"
+    return f"{where} {format_value(value)} ({change:+.3g})"
+
 
 def night_test(kind: str, target: str, probe: str, metric: str, labels: dict[str, Any],
-               current: Sequence[RunValue], baseline: Sequence[RunValue]) -> DriftTest:
-    """The mean of `current` (tonight, or tonight and the previous run) against `baseline`."""
+               current: Sequence[RunValue], baseline: Sequence[RunValue], describe_below: float = 1.0) -> DriftTest:
+    """The mean of `current` (tonight, or tonight and the previous run) against `baseline`, one-sided
+    towards the family's bad direction. The cell that moved most is named when p <= `describe_below`
+    (naming it costs more than the test, and only a detected test's text shows it)."""
+    test = _night_test(kind, target, probe, metric, labels, current, baseline)
+    if test.p_value is None or test.p_value > describe_below:
+        return test
+    return replace(test, worst_cell=_worst_cell(kind, current, baseline, test.direction))
+
+
+def _night_test(kind: str, target: str, probe: str, metric: str, labels: dict[str, Any],
+                current: Sequence[RunValue], baseline: Sequence[RunValue]) -> DriftTest:
     m, k = len(current), len(baseline)
+    direction = BAD_DIRECTION.get(metric, 0)
+    common = dict(direction=direction, cells=max(1, len(current[0].cells)))
     if kind == "proportion":
         x, n = sum(v.successes for v in current), sum(v.n for v in current)
         base_x, base_n = [v.successes for v in baseline], [v.n for v in baseline]
-        p = stats.share_change_p(x, n, base_x, base_n)
+        p = stats.share_night_p(x, n, base_x, base_n, _alternative(direction), nights=m)
         now, before = x / n, sum(base_x) / sum(base_n)
-        return DriftTest(kind, target, probe, metric, labels, p, now - before, before, now, n, sum(base_n), k, m)
+        return DriftTest(kind, target, probe, metric, labels, p, now - before, before, now, n, sum(base_n), k, m,
+                         **common)
     floor = (LATENCY_LOG_VARIANCE_FLOOR if kind == "latency"
              else max(v.sampling_variance for v in current))
-    p, _ = stats.night_prediction_p([v.value for v in current], [v.value for v in baseline], floor)
+    p, _ = stats.night_prediction_p([v.value for v in current], [v.value for v in baseline], floor,
+                                    _alternative(direction))
     now, before = sum(v.value for v in current) / m, sum(v.value for v in baseline) / k
     n_now, n_before = sum(v.n for v in current), sum(v.n for v in baseline)
     if kind == "latency":
         return DriftTest(kind, target, probe, metric, labels, p, math.exp(now - before) - 1, math.exp(before),
-                         math.exp(now), n_now, n_before, k, m)
-    return DriftTest(kind, target, probe, metric, labels, p, now - before, before, now, n_now, n_before, k, m)
+                         math.exp(now), n_now, n_before, k, m, **common)
+    return DriftTest(kind, target, probe, metric, labels, p, now - before, before, now, n_now, n_before, k, m,
+                     **common)
 
 
 def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, Any]]],
                  baseline: Sequence[dict[Identity, tuple[RunValue, dict[str, Any]]]],
                  config: DriftConfig) -> tuple[list[DriftTest], int]:
-    """Tonight's tests of one target (undecided) and how many metrics had too few baseline runs.
+    """Tonight's tests of one target (undecided) and how many families had too few baseline runs.
 
     Arguments are `run_values` of tonight and of the earlier comparable runs, newest first, up to
     `baseline_runs + 1` of them: the one-night test uses the newest `baseline_runs`, the two-night
-    test (tonight with the newest) the `baseline_runs` before the newest."""
+    test (tonight with the newest) the `baseline_runs` before the newest. A run whose family pooled
+    other cells than tonight's (a level flagged, say) does not count for that family."""
     needed = max(config.min_baseline_runs, FEWEST_BASELINE_RUNS)
+    budget = config.false_pages_per_90_nights / 90      # no test is decided at a laxer level
     tests, short = [], 0
     for identity, (value, labels) in sorted(current.items()):
         kind, probe, metric, _ = identity
         history = [run.get(identity) for run in baseline]
-        recent = [h[0] for h in history[:config.baseline_runs] if h is not None]
+        history = [h[0] if h is not None and h[0].cell_keys == value.cell_keys else None for h in history]
+        recent = [h for h in history[:config.baseline_runs] if h is not None]
         if len(recent) < needed:
             short += 1
             continue
-        tests.append(night_test(kind, target, probe, metric, labels, [value], recent))
-        previous = history[0][0] if history and history[0] is not None else None
-        earlier = [h[0] for h in history[1:config.baseline_runs + 1] if h is not None]
+        tests.append(night_test(kind, target, probe, metric, labels, [value], recent, budget))
+        previous = history[0] if history else None
+        earlier = [h for h in history[1:config.baseline_runs + 1] if h is not None]
         if previous is not None and len(earlier) >= needed:
-            tests.append(night_test(kind, target, probe, metric, labels, [value, previous], earlier))
+            tests.append(night_test(kind, target, probe, metric, labels, [value, previous], earlier, budget))
     return tests, short
 
 

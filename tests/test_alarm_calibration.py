@@ -1,10 +1,11 @@
-"""The alarm-calibration machinery (bench/alarm_calibration.py) in a reduced form: quiet nights of
+"""The alarm-calibration benchmark (bench/alarm_calibration.py) in a reduced form: quiet nights of
 the simulated nightly suite through the real drift, SLO and alert code stay within the page budget
-at the low noise level, and the regressions the policy detects fast are paged within two nights.
-The full benchmark and its measured shortfalls at higher noise are in docs/operations.md."""
+at the high noise level, and every regression is paged within two nights at the noise level the
+benchmark judges detection at. The full benchmark and its table are in docs/operations.md."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -16,15 +17,23 @@ import alarm_calibration as bench  # noqa: E402
 
 
 @pytest.mark.timeout(600)
-def test_quiet_nights_at_low_noise_stay_within_the_page_budget():
-    _, share_sd, latency_sd = bench.NOISE_LEVELS[0]
-    pages, names = bench.false_pages(bench.default_config(), share_sd, latency_sd, nights=90, seed=11)
-    assert pages <= 1, names
+def test_quiet_nights_at_high_noise_stay_within_the_page_budget():
+    nights = 120
+    pages, _ = bench.noise_level(bench.default_config(), bench.NOISE_LEVELS[-1], nights, histories=0, seed=11)
+    # The budget allows 120 / 90 = 1.3 pages; 3 leaves room for a Poisson count at that mean
+    # (P(X > 3) = 0.05); a policy at four times the budget fails this three times in four, and the
+    # previous policy (26 pages per 90 nights here) always.
+    allowed = math.ceil(nights / 90) + 1
+    assert len(pages) <= allowed, pages
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("regression", [r for r in bench.REGRESSIONS if r.name.startswith("error rate")],
-                         ids=lambda r: r.name)
-def test_a_clear_regression_pages_within_two_nights(regression):
-    delays = [bench.nights_to_detection(bench.default_config(), regression, seed) for seed in range(5)]
-    assert all(d is not None and d <= 2 for d in delays), delays
+def test_every_regression_pages_within_two_nights():
+    histories = 20
+    _, delays = bench.noise_level(bench.default_config(), bench.REGRESSION_NOISE, nights=2 * histories,
+                                  histories=histories, seed=12)
+    for regression in bench.REGRESSIONS:
+        found = delays[regression.name]
+        assert len(found) == histories
+        within = sum(1 for d in found if d is not None and d <= 2) / histories
+        assert within >= 0.9, (regression.name, found)

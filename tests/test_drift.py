@@ -1,6 +1,8 @@
 """Drift with the night as the unit: the routines against independent references (statsmodels,
 scipy), their false-alarm rate under night-to-night variation that pooled tests read as drift,
-detection of injected shifts, and the store path (one- and two-night windows, too few runs)."""
+detection of injected shifts, the policy (families pooled over cells, regressions page and
+improvements notify, the page budget split over the night's tests), and the store path (one- and
+two-night windows, too few runs)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import statsmodels.api as sm
 from prober import stats
 from prober.config import DriftConfig, ProberConfig
 from reports.alerts import evaluate_run
-from reports.drift import decide, drift_for_run, is_proportion, night_test, run_values, target_tests
+from reports.alerts import drift_observations
+from reports.drift import DriftOutcome, decide, drift_for_run, is_proportion, night_test, run_values, target_tests
 from store import Store
 from tests.support.history import add_run, share
 
@@ -32,6 +35,10 @@ def test_night_prediction_p_is_alpha_at_the_statsmodels_prediction_interval(alph
         for edge in (low, high):
             p, _ = stats.night_prediction_p([edge], baseline)
             assert p == pytest.approx(alpha, rel=1e-9)
+        # One-sided: half the two-sided level at the edge on its side, the rest of it at the other.
+        assert stats.night_prediction_p([high], baseline, alternative="greater")[0] == pytest.approx(alpha / 2)
+        assert stats.night_prediction_p([high], baseline, alternative="less")[0] == pytest.approx(1 - alpha / 2)
+        assert stats.night_prediction_p([low], baseline, alternative="less")[0] == pytest.approx(alpha / 2)
     assert stats.night_prediction_p([1.0], [1.0, 2.0]) == (None, None)        # 1 degree of freedom: no test
 
 
@@ -43,6 +50,34 @@ def test_binomial_dispersion_is_the_statsmodels_quasi_binomial_scale():
         fitted = sm.GLM(x / n, np.ones((7, 1)), family=sm.families.Binomial(), var_weights=n).fit(scale="X2")
         assert stats.binomial_dispersion(list(x), list(n)) == pytest.approx(fitted.scale, rel=1e-9)
     assert stats.binomial_dispersion([0, 0, 0], [8, 8, 8]) == 1.0
+
+
+@pytest.mark.parametrize("x, n, mean, factor", [(2, 192, 0.003, 1.0), (3, 54, 0.01, 3.0), (0, 7, 0.95, 1.5),
+                                                (7, 7, 0.95, 1.5), (4, 7, 0.95, 2.0), (10, 30, 0.3, 5.0),
+                                                (1, 3, 0.2, 2.99), (150, 300, 0.5, 400.0)])
+def test_beta_binomial_tail_is_scipys_distribution_with_the_stated_mean_and_variance(x, n, mean, factor):
+    from scipy.stats import betabinom, binom
+
+    # The law behind the tails, recovered by enumerating P(X <= k) for every k.
+    cdf = np.array([stats.beta_binomial_tail(k, n, mean, factor, "less") for k in range(n + 1)])
+    pmf = np.diff(cdf, prepend=0.0)
+    k = np.arange(n + 1)
+    assert pmf.sum() == pytest.approx(1.0, abs=1e-9)
+    assert (pmf * k).sum() == pytest.approx(n * mean, rel=1e-6)
+    variance = (pmf * k ** 2).sum() - (n * mean) ** 2
+    assert variance == pytest.approx(min(factor, n - 1e-6) * n * mean * (1 - mean), rel=1e-5)
+    # ...which is scipy's beta-binomial (binomial at factor 1), tail by tail.
+    if factor == 1.0:
+        law = binom(n, mean)
+    else:
+        # the beta-binomial whose variance factor (s + n) / (s + 1) is `factor`, s found numerically
+        from scipy.optimize import brentq
+        s = brentq(lambda s: (s + n) / (s + 1) - min(factor, n - 1e-6), 1e-12, 1e12)
+        law = betabinom(n, mean * s, (1 - mean) * s)
+    assert stats.beta_binomial_tail(x, n, mean, factor, "greater") == pytest.approx(law.sf(x - 1), rel=1e-6)
+    assert stats.beta_binomial_tail(x, n, mean, factor, "less") == pytest.approx(law.cdf(x), rel=1e-6)
+    assert stats.beta_binomial_tail(x, n, mean, factor) == pytest.approx(
+        min(1.0, 2 * min(law.sf(x - 1), law.cdf(x))), rel=1e-6)
 
 
 def _night_share(rng: np.random.Generator, level: float, sd: float) -> float:
@@ -59,7 +94,7 @@ def _share_alarms(level: float, n: int, sd: float, k: int, seed: int, pooled: bo
         if pooled:
             p = stats.fisher_exact(sum(xs[1:]), k * n, xs[0], n)
         else:
-            p = stats.share_change_p(xs[0], n, xs[1:], [n] * k)
+            p = stats.share_night_p(xs[0], n, xs[1:], [n] * k)
         alarms += p <= 0.05
     return alarms / NIGHTS
 
@@ -88,9 +123,43 @@ def test_a_real_shift_of_a_share_is_found():
     rng = np.random.default_rng(5)
     found = 0
     for _ in range(200):
-        base = [int(rng.binomial(64, _night_share(rng, 0.9, 0.02))) for _ in range(7)]
-        found += stats.share_change_p(int(rng.binomial(64, 0.6)), 64, base, [64] * 7) <= 0.01
-    assert found / 200 >= 0.95
+        base = [int(rng.binomial(64, _night_share(rng, 0.9, 0.02))) for _ in range(28)]
+        found += stats.share_night_p(int(rng.binomial(64, 0.6)), 64, base, [64] * 28, "less") <= 0.001
+    assert found / 200 >= 0.9          # measured 0.935: the dispersion's uncertainty costs a little power
+
+
+@pytest.mark.parametrize("level, n, cells, sd, nights", [
+    (0.97, 32, 6, 0.08, 1),     # goodput: 6 concurrency levels of 32 requests pooled
+    (0.3, 3, 18, 0.08, 1),      # a penalty setting: 18 grid cells of 3 requests pooled
+    (0.03, 3, 18, 0.05, 2),     # ...the same near 0, two nights together
+    (0.9, 7, 1, 0.05, 1),       # a cache case on 7 requests
+    (0.95, 23, 1, 0.02, 2)])
+def test_shares_near_0_or_1_on_few_requests_keep_their_one_sided_level(level, n, cells, sd, nights):
+    """Where the quasi-binomial normal approximation paged (goodput 0.97, 3-request penalty cells):
+    the beta-binomial predictive stays at its level at the strict alphas the page budget gives.
+    Each cell has its own night share (a beta with sd `sd`); the family pools the cells."""
+    rng = np.random.default_rng(8)
+    trials, alpha, k = 10_000, 0.001, 28
+    strength = level * (1 - level) / sd ** 2 - 1
+    shares = rng.beta(level * strength, (1 - level) * strength, (trials, k + nights, cells))
+    counts = rng.binomial(n, shares).sum(axis=2)
+    alternative = "less" if level > 0.5 else "greater"
+    alarms = sum(stats.share_night_p(sum(row[:nights]), n * cells * nights, row[nights:], [n * cells] * k,
+                                     alternative, nights) <= alpha for row in counts.tolist())
+    # 10,000 trials: the binomial sd of a rate of 0.001 is 0.0003
+    assert alarms / trials <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / trials), alarms / trials
+
+
+def test_two_nights_together_are_judged_with_a_night_effect_each():
+    """The mean of two nights has half the night-to-night variance: a sustained move that one night
+    cannot show clearly stands out on the second."""
+    base = [254, 248, 271, 264, 270, 258, 262, 263, 268, 272, 267, 256, 277, 280, 268, 242, 275, 256, 259, 265,
+            274, 254, 255, 254, 273, 272, 263, 261]             # accuracy on 300 items, sd 0.03 between nights
+    one = stats.share_night_p(228, 300, base, [300] * 28, "less")
+    two = stats.share_night_p(456, 600, base, [300] * 28, "less", nights=2)
+    assert two < one / 10
+    # pooled as if one night of 600 trials, the night effect would count once for both
+    assert stats.share_night_p(456, 600, base, [300] * 28, "less") > two * 10
 
 
 # --- the drift module -----------------------------------------------------------------------------
@@ -112,11 +181,12 @@ def test_a_tiny_shift_on_a_large_sample_is_significant_but_stays_quiet():
     base = [run_values([{"target": "t", "probe": "latency", **share("error_rate", int(rng.binomial(200_000, 0.10)),
                                                                       200_000)}]) for _ in range(7)]
     now = run_values([{"target": "t", "probe": "latency", **share("error_rate", 20_800, 200_000)}])
-    tests, _ = target_tests("t", now, base, DriftConfig())
-    decided = decide(tests, DriftConfig())
-    assert decided[0].q_value < 0.01 and not decided[0].detected          # 10.4% against 10%: below 0.05
-    lowered = decide(tests, DriftConfig(min_effect={"error_rate": 0.001}))
-    assert lowered[0].detected
+    config = DriftConfig(min_baseline_runs=3)
+    tests, _ = target_tests("t", now, base, config)
+    decided = decide(tests, config)
+    assert decided[0].p_value < decided[0].alpha and not decided[0].detected   # 10.4% against 10%: below 0.05
+    lowered = decide(tests, DriftConfig(min_baseline_runs=3, min_effect={"error_rate": 0.001}))
+    assert lowered[0].detected and lowered[0].pages
 
 
 def test_paired_difference_moves_only_beyond_its_sampling_noise():
@@ -142,6 +212,71 @@ def _paired_rows(a_only: int, b_only: int, items: int = 300) -> list[dict]:
              "ci_low": low, "ci_high": high, "unit": "ratio", "labels": pair}]
 
 
+def _penalty_night(corrupted: dict[tuple[str, float], int]) -> list[dict]:
+    """Corruption counts of the penalty grid's cells (3 requests each); `corrupted` sets some."""
+    return [{"target": "t", "probe": "penalty",
+             **share("corruption_rate", corrupted.get((mode, temperature), 0), 3, mode=mode, temperature=temperature,
+                     n_records=10, penalty="frequency_penalty", penalty_value=0.3)}
+            for mode in ("unconstrained", "json_object", "json_schema") for temperature in (0.0, 0.2)]
+
+
+def test_a_penalty_setting_pools_its_grid_cells_into_one_family_and_names_the_cell_that_moved():
+    config = DriftConfig()
+    quiet = [run_values(_penalty_night({})) for _ in range(config.baseline_runs + 1)]
+    (identity, (value, labels)), = run_values(_penalty_night({})).items()
+    assert labels == {"penalty": "frequency_penalty", "penalty_value": 0.3} and value.n == 18
+    tests, short = target_tests("t", run_values(_penalty_night({("json_schema", 0.2): 3, ("json_object", 0.0): 1})),
+                                quiet, config)
+    decided = decide(tests, config)
+    assert short == 0 and {t.nights for t in decided} == {1, 2}
+    tonight = next(t for t in decided if t.nights == 1)
+    assert tonight.pages and tonight.current == pytest.approx(4 / 18) and tonight.cells == 6
+    assert tonight.summary.endswith("most moved: mode=json_schema, n_records=10, penalty=frequency_penalty, "
+                                    "penalty_value=0.3, temperature=0.2 1 (+1)")
+
+
+def _latency_night(ttft_ms: float, modal: int = 30) -> list[dict]:
+    return [{"target": "t", "probe": "latency", "name": "ttft_p50_ms", "value": ttft_ms * (1 + level / 8),
+             "n": 32, "unit": "ms", "labels": {"concurrency": level}} for level in (1, 4, 16)] + [
+        {"target": "t", "probe": "divergence", **share("modal_share", modal, 32, concurrency=16)}]
+
+
+def test_an_improvement_or_a_move_without_a_bad_direction_is_a_notice_and_never_pages():
+    config = DriftConfig()
+    rng = np.random.default_rng(6)
+    quiet = [run_values(_latency_night(100 * math.exp(rng.normal(0, 0.05)), int(rng.binomial(32, 0.9))))
+             for _ in range(config.baseline_runs + 1)]
+    tests, _ = target_tests("t", run_values(_latency_night(40, modal=5)), quiet, config)
+    outcome = DriftOutcome(tests=decide(tests, config))
+    moved = {(t.metric, t.nights) for t in outcome.tests if t.detected}
+    assert moved == {("ttft_ms", 1), ("ttft_ms", 2), ("modal_share", 1), ("modal_share", 2)}
+    assert not any(t.pages for t in outcome.tests)
+    assert len(outcome.notices) == 4 and all(line.startswith("notice: drift: t ") for line in outcome.notices)
+    observations = drift_observations(outcome.tests, {"suite": "nightly"})
+    assert [(o.metric, o.broken) for o in observations] == [("ttft_ms", False)]      # modal share: no alert at all
+    # The same move upwards is a regression: it pages.
+    tests, _ = target_tests("t", run_values(_latency_night(250)), quiet, config)
+    assert [(o.metric, o.broken) for o in drift_observations(decide(tests, config), {"suite": "nightly"})] == [
+        ("ttft_ms", True)]
+
+
+def test_the_page_budget_is_split_over_windows_probes_and_families_and_adds_up_to_it():
+    config = DriftConfig(false_pages_per_90_nights=0.9)
+    quiet = [{**run_values(_latency_night(100 * (1 + 0.01 * (i % 3)))), **run_values(_penalty_night({}))}
+             for i in range(config.baseline_runs + 1)]
+    tonight = {**run_values(_latency_night(100)), **run_values(_penalty_night({}))}
+    decided = decide(target_tests("t", tonight, quiet, config)[0] + target_tests("u", tonight, quiet, config)[0][:1],
+                     config)
+    alpha = {(t.target, t.probe, t.metric, t.nights): t.alpha for t in decided}
+    # "t": in each window two probes with one regression family each (modal share has no bad
+    # direction); one night gets 0.1 of the night's 0.01, two nights 0.9.
+    assert alpha[("t", "latency", "ttft_ms", 1)] == pytest.approx(0.01 * 0.1 / 2)
+    assert alpha[("t", "penalty", "corruption_rate", 2)] == pytest.approx(0.01 * 0.9 / 2)
+    # The regression tests of a target spend exactly its budget; "u" has only one test, which gets it all.
+    assert sum(t.alpha for t in decided if t.target == "t" and t.direction) == pytest.approx(0.01)
+    assert [t.alpha for t in decided if t.target == "u"] == pytest.approx([0.01])
+
+
 # --- against the store ----------------------------------------------------------------------------
 
 def _stored_night(store: Store, night: int, ttft_ms: float, errors: int, status: str = "complete") -> dict:
@@ -154,26 +289,26 @@ def _stored_night(store: Store, night: int, ttft_ms: float, errors: int, status:
 
 @pytest.mark.parametrize("shifted", [False, True])
 def test_drift_on_stored_runs_uses_the_previous_complete_runs_of_the_suite_and_target(tmp_path, shifted):
-    config = ProberConfig.model_validate({"drift": {"baseline_runs": 4, "min_baseline_runs": 3}})
-    quiet_ttft = [100, 104, 97, 101, 99]
+    config = ProberConfig.model_validate({"drift": {"baseline_runs": 8, "min_baseline_runs": 7}})
+    quiet_ttft = [100, 104, 97, 101, 99, 103, 98, 102, 100]
     with Store.open(f"sqlite:///{tmp_path / 'p.db'}") as store:
-        for night in range(3):
+        for night in range(7):
             first = _stored_night(store, night, quiet_ttft[night], night % 2)
             evaluation = evaluate_run(store, config, first["id"])
             assert evaluation.checked == 0                                   # too little history: no test...
-            assert evaluation.notes == [f"drift: emu: {night} comparable baseline run(s), the night-level tests "
-                                        "need 3: not tested"]                # ...and it says so
-        _stored_night(store, 3, 900, 20, status="failed")             # not complete: not in the baseline
-        add_run(store, "other-suite", 4, [share("error_rate", 24, 24, concurrency=4)], suite="divergence",
+            assert evaluation.notes == [f"drift: emu latency.latency: {night} comparable baseline run(s), the "
+                                        "night-level tests need 7: not tested"]           # ...and it says so
+        _stored_night(store, 7, 900, 20, status="failed")             # not complete: not in the baseline
+        add_run(store, "other-suite", 8, [share("error_rate", 24, 24, concurrency=4)], suite="divergence",
                 target="emu")
-        _stored_night(store, 5, quiet_ttft[3], 1)
-        tonight = _stored_night(store, 6, 250 if shifted else quiet_ttft[4], 12 if shifted else 0)
+        _stored_night(store, 9, quiet_ttft[7], 1)
+        tonight = _stored_night(store, 10, 250 if shifted else quiet_ttft[8], 12 if shifted else 0)
         tests = drift_for_run(store, tonight, config.drift).tests
         one_night = {(t.kind, t.metric): t for t in tests if t.nights == 1}
         assert set(one_night) == {("proportion", "error_rate"), ("latency", "ttft_ms"), ("latency", "itl_ms"),
                                   ("latency", "e2e_ms")}
-        assert {t.baseline_runs for t in one_night.values()} == {4}
-        assert {t.baseline_runs for t in tests if t.nights == 2} == {3}
+        assert {t.baseline_runs for t in one_night.values()} == {8}
+        assert {t.baseline_runs for t in tests if t.nights == 2} == {7}
         evaluation = evaluate_run(store, config, tonight["id"])
     fired = {row["metric"] for row in evaluation.fired_now}
     if shifted:
