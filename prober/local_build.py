@@ -199,15 +199,21 @@ def smoke_test(binary: Path, model: Path, timeout: float = 120.0) -> str | None:
             return f"it {describe_exit(process.returncode)}"
         return f"it did not answer a completion within {timeout:.0f}s"
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
+        stop_child(process)
+
+
+def stop_child(process: subprocess.Popen, timeout: float = 10.0) -> None:
+    """Terminate a child process, kill it if it lingers, and close its pipes."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def build_llama_server(cache: Path, model: Path, jobs: int | None = None) -> Path:

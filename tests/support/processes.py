@@ -8,6 +8,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from prober.local_build import stop_child
+
 
 @contextmanager
 def listening_process(args: list[str], port: int, what: str, timeout: float) -> Iterator[subprocess.Popen]:
@@ -27,11 +29,4 @@ def listening_process(args: list[str], port: int, what: str, timeout: float) -> 
                 time.sleep(0.05)
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
+        stop_child(process)
