@@ -129,6 +129,7 @@ class Runner:
                   host=socket.gethostname(), pid=os.getpid(), targets=[t.name for t in targets],
                   lease_expires_at=lease_until(self.config.runner.lease_seconds))
         store.create_run(run)
+        store.reserve_room_for_final_write()
         lease = RunLease.start(store, run.id, self.config.runner.lease_seconds, self.console)
         entries = entry_records(suite)
         for target in targets:
@@ -206,7 +207,6 @@ class Runner:
             status = result.targets.get(target.name, ("never ran", None))[0]
             if status == "never ran" or (stopped_by is not None and status != "failed"):
                 result.targets[target.name] = (result.status, stopped_by)
-            store.finish_target(run.id, target.name, *result.targets[target.name])
         if result.status == "running":
             result.status = "failed" if result.problems else "complete"
         if result.problems:
@@ -214,9 +214,19 @@ class Runner:
         with contextlib.suppress(SinkError):   # a loss was reported by the flush above
             sink.close()
         lease.stop()
-        store.finish_run(run.id, result.status, utcnow(), loop_lag=lag.summary(),
-                         notes={"problems": result.problems, "attempts": budget.requests,
-                                "tokens": budget.tokens})
+        store.release_reserved_room()   # the room kept for this write, should the disk be full
+        try:
+            store.finish_run(run.id, result.status, utcnow(), loop_lag=lag.summary(),
+                             notes={"problems": result.problems, "attempts": budget.requests,
+                                    "tokens": budget.tokens},
+                             targets={t.name: result.targets[t.name] for t in targets})
+        except Exception as exc:
+            if not storage_failed:
+                raise
+            # The store that lost samples (a full disk) refused this too: the run stays `running`
+            # until its lease expires, and then any command marks it interrupted. What was stored stays.
+            result.problems.append(f"its final status could not be stored either ({type(exc).__name__}); it "
+                                   f"will be marked interrupted when its lease expires")
         if crashed is not None:
             raise crashed
         return result

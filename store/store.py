@@ -10,6 +10,7 @@ import datetime as dt
 import os
 import socket
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
 # A pid whose process started this long after the run did belongs to another process (pid reuse).
 _PID_REUSE_SLACK = dt.timedelta(seconds=2)
 _LIST_PAGE = 200
+# Room kept aside, in a file beside a SQLite database, for a run's final status write: a run whose
+# samples filled the disk must still be able to record that it failed and why. A few pages of WAL
+# (4 KiB each, plus frame headers) hold that commit.
+_FINAL_WRITE_RESERVE = 64 * 1024
 
 
 class Store:
@@ -38,6 +43,7 @@ class Store:
         self._engine = engine
         self._writers: list[SampleWriter] = []
         self._identity: str | None = None
+        self._reserve: Path | None = None
 
     @classmethod
     def open(cls, url: str, *, sqlite_busy_timeout: float = 30.0) -> "Store":
@@ -82,8 +88,28 @@ class Store:
         """For store/ internals and tests; other packages go through the methods."""
         return self._engine
 
+    def reserve_room_for_final_write(self) -> None:
+        """SQLite: set `_FINAL_WRITE_RESERVE` bytes aside beside the database file, freed by
+        `release_reserved_room` just before the run's last write (PostgreSQL manages its own space)."""
+        database = self._engine.url.database if self._engine.url.get_backend_name() == "sqlite" else None
+        if not database or database == ":memory:" or self._reserve is not None:
+            return
+        reserve = Path(database).with_name(Path(database).name + ".prober-reserve")
+        try:
+            reserve.write_bytes(bytes(_FINAL_WRITE_RESERVE))
+        except OSError:
+            reserve.unlink(missing_ok=True)   # already no room: storing the samples will say so
+            return
+        self._reserve = reserve
+
+    def release_reserved_room(self) -> None:
+        if self._reserve is not None:
+            self._reserve.unlink(missing_ok=True)
+            self._reserve = None
+
     def close(self) -> None:
         """Close the writers still open (raising what they could not store), then the connections."""
+        self.release_reserved_room()
         errors: list[SampleWriteError] = []
         for writer in self._writers:
             try:
@@ -110,10 +136,17 @@ class Store:
             raise ValueError(f"cannot create run {run.id!r}: {exc.orig}") from None
 
     def finish_run(self, run_id: str, status: str, finished_at: dt.datetime,
-                   loop_lag: dict[str, Any] | None = None, notes: dict[str, Any] | None = None) -> None:
-        """Set the final status. `notes` are merged into the run's notes; `loop_lag` replaces its value."""
+                   loop_lag: dict[str, Any] | None = None, notes: dict[str, Any] | None = None,
+                   targets: dict[str, tuple[str, str | None]] | None = None) -> None:
+        """Set the final status. `notes` are merged into the run's notes; `loop_lag` replaces its value;
+        `targets` gives each target's (status, reason).
+
+        One transaction for all of it: when the disk is full, the one small commit that may still
+        fit marks the whole run, instead of the first of several taking the last free page."""
         if status not in RUN_STATUSES:
             raise ValueError(f"run status must be one of {', '.join(RUN_STATUSES)}, not {status!r}")
+        for target_status, _ in (targets or {}).values():
+            _check_target_status(target_status)
 
         def work(conn: sa.Connection) -> int:
             values: dict[str, Any] = {"status": status, "finished_at": finished_at}
@@ -121,6 +154,8 @@ class Store:
                 values["loop_lag"] = loop_lag
             if notes:
                 values["notes"] = {**(_current_notes(conn, run_id) or {}), **redact_value(notes)}
+            for target, (target_status, reason) in (targets or {}).items():
+                _set_target_status(conn, run_id, target, target_status, reason)
             return conn.execute(runs.update().where(runs.c.id == run_id).values(values)).rowcount
 
         if write_transaction(self._engine, work) == 0:
@@ -186,11 +221,8 @@ class Store:
 
     def finish_target(self, run_id: str, target: str, status: str, reason: str | None = None) -> None:
         """How `target` ended in this run; `reason` says why it did not complete."""
-        if status not in TARGET_STATUSES:
-            raise ValueError(f"target status must be one of {', '.join(TARGET_STATUSES)}, not {status!r}")
-        write_transaction(self._engine, lambda conn: conn.execute(
-            run_targets.update().where(run_targets.c.run_id == run_id, run_targets.c.target == target)
-            .values(status=status, reason=None if reason is None else redact_text(reason))))
+        _check_target_status(status)
+        write_transaction(self._engine, lambda conn: _set_target_status(conn, run_id, target, status, reason))
 
     def run_entries(self, run_id: str, target: str | None = None) -> list[dict[str, Any]]:
         """What each suite entry measured per target (entry, probe, probe_version, params), by target and entry id."""
@@ -518,3 +550,13 @@ def _proc_stat(pid: int) -> tuple[str, dt.datetime | None] | None:
     ticks_after_boot = int(fields[19])   # field 22, starttime
     started = boot + ticks_after_boot / os.sysconf("SC_CLK_TCK")
     return state, dt.datetime.fromtimestamp(started, dt.timezone.utc)
+
+
+def _check_target_status(status: str) -> None:
+    if status not in TARGET_STATUSES:
+        raise ValueError(f"target status must be one of {', '.join(TARGET_STATUSES)}, not {status!r}")
+
+
+def _set_target_status(conn: sa.Connection, run_id: str, target: str, status: str, reason: str | None) -> None:
+    conn.execute(run_targets.update().where(run_targets.c.run_id == run_id, run_targets.c.target == target)
+                 .values(status=status, reason=None if reason is None else redact_text(reason)))
