@@ -439,7 +439,7 @@ def local_start(
                                                  "its auto setting, 4 slots with a unified KV cache)")] = None,
     ctx_size: Annotated[Optional[int], typer.Option("--ctx-size", "-c", help="llama-server -c")] = None,
 ) -> None:
-    """Install (first time: about 5 minutes) and start llama-server with SmolLM2-135M-Instruct.
+    """Install (first time: about 5 minutes on 2 idle cores) and start llama-server with SmolLM2-135M-Instruct.
 
     Example: prober local start --port 8080 --slots 8
     """
