@@ -347,8 +347,6 @@ def mcnemar(a_only: int, b_only: int) -> McNemarResult:
     discordant = a_only + b_only
     if discordant == 0:
         return McNemarResult(1.0, 1.0)
-    from scipy.stats import binom
-
     import numpy as np
     from scipy.special import gammaln
 
@@ -453,28 +451,6 @@ def nominal_alphas(bounds: Sequence[float]) -> list[float]:
 
 
 # --- drift: rank tests and multiple comparisons (reports/drift.py) -----------------------------
-
-def mann_whitney(baseline: Sequence[float], current: Sequence[float], margin: float = 0.0) -> float | None:
-    """Two-sided Mann-Whitney U p-value that `current` is shifted against `baseline`; with a
-    margin, shifted by more than a factor (1 + margin) either way.
-
-    The margin makes the null an interval, "the ratio current/baseline lies within
-    [1/(1 + margin), 1 + margin]": the smaller of two one-sided tests against the baseline scaled
-    to each edge, doubled (with margin 0, the ordinary two-sided test). A minimum effect folded
-    into the test: a run that moves night to night by a few percent stays under its nominal
-    level, where a point-null test fires on any sample large enough. Values must be positive
-    (durations) when margin > 0. Exact for small samples without ties, else the tie-corrected
-    normal approximation. None when either sample is empty."""
-    if not baseline or not current:
-        return None
-    from scipy.stats import mannwhitneyu
-
-    upper = [v * (1 + margin) for v in baseline]
-    lower = [v / (1 + margin) for v in baseline]
-    p_up = mannwhitneyu(current, upper, alternative="greater", method="auto").pvalue
-    p_down = mannwhitneyu(current, lower, alternative="less", method="auto").pvalue
-    return float(min(1.0, 2 * min(p_up, p_down)))
-
 
 def paired_difference_change(a_only: int, b_only: int, n: int, base_a_only: int, base_b_only: int,
                              base_n: int) -> float | None:

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() 
 
 def _as_host(hostname, *args):
     """argv running `prober ARGS` with its own hostname."""
-    return ["unshare", "-u", "sh", "-c", f'hostname "$0" && exec "$@"', hostname, sys.executable, "-m", "prober.cli",
+    return ["unshare", "-u", "sh", "-c", 'hostname "$0" && exec "$@"', hostname, sys.executable, "-m", "prober.cli",
             *args]
 
 
