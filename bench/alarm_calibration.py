@@ -6,8 +6,8 @@ caching, penalty, schema order; their sizes read from the built-in suite files),
 night-to-night variation on top of sampling noise: every share wobbles around its level by the
 noise level's sd (a beta distribution; shares at exactly 0 or 1, such as determinism at
 concurrency 1, stay there), and latency has a night effect on the log scale shared by every
-request of the night (correlated requests). The nights go through the real code: reports.drift
-(run_values, target_tests, decide), reports.slo with the `prober init` rules, and reports.alerts
+request of the night (correlated requests). The nights go through the real code: prober.alerting.drift
+(run_values, target_tests, decide), prober.alerting.slo with the `prober init` rules, and prober.alerting.alerts
 (drift_observations, slo_observations, judge), with the alert rows carried from night to night as
 the store would. A page is an alert turning `firing`.
 
@@ -45,10 +45,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from prober import stats  # noqa: E402
-from prober.config import ProberConfig  # noqa: E402
-from reports.alerts import drift_observations, judge, slo_observations  # noqa: E402
-from reports.drift import decide, run_values, target_tests  # noqa: E402
+from prober.core import stats  # noqa: E402
+from prober.core.config import ProberConfig  # noqa: E402
+from prober.alerting.alerts import drift_observations, judge, slo_observations  # noqa: E402
+from prober.alerting.drift import decide, run_values, target_tests  # noqa: E402
 
 TARGET = "t"
 

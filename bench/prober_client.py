@@ -26,10 +26,10 @@ import machine
 import prober
 from gc_pauses import GcPauses
 from prober.budget import RunBudget
-from prober.config import RunnerConfig, TargetConfig
+from prober.core.config import RunnerConfig, TargetConfig
 from prober.looplag import LoopLagMonitor
 from prober.progress import RunProgress
-from prober.records import Exchange, Run, utcnow
+from prober.core.records import Exchange, Run, utcnow
 from prober.session import TargetGate, TargetSession
 from prober.runner import quiet_garbage_collector
 from prober.sink import SampleSink

@@ -230,7 +230,7 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 
 def summarize(args: argparse.Namespace, phases: list[dict]) -> tuple[list[dict], dict]:
-    from prober.stats import percentile
+    from prober.core.stats import percentile
 
     clients = [REFERENCE] + [prober_name(mode) for mode in args.conformance]
     rows = []

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from prober.config import Budget
-from prober.records import Exchange
+from prober.core.config import Budget
+from prober.core.records import Exchange
 
 
 class BudgetExhausted(Exception):

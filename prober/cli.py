@@ -14,11 +14,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
 
-from prober.config import load_config
-from prober.controlchars import escape_controls
-from prober.errors import ConfigError, ProberError
+from prober.core.config import load_config
+from prober.core.controlchars import escape_controls
+from prober.core.errors import ConfigError, ProberError
 from prober.store_access import open_store, require_known_target
-from prober.redact import RedactingStream, redact_text, register_config
+from prober.core.redact import RedactingStream, redact_text, register_config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="Black-box conformance and drift prober for LLM APIs.")
@@ -29,7 +29,7 @@ app.add_typer(local_app, name="local")
 # Cron and CI capture stdout: without a terminal rich would assume 80 columns and squeeze the
 # value columns of a metrics table away, so give captured output room unless COLUMNS says otherwise.
 _CAPTURED_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
-# Both consoles mask the configured secrets in everything they write (prober/redact.py);
+# Both consoles mask the configured secrets in everything they write (prober/core/redact.py);
 # soft_wrap: an error is one line however long, so cron logs and grep see it whole.
 out = Console(file=RedactingStream(), highlight=False, width=_CAPTURED_WIDTH)
 err = Console(file=RedactingStream(stderr=True), stderr=True, highlight=False, soft_wrap=True)
@@ -40,7 +40,7 @@ DbOption = Annotated[Optional[str], typer.Option("--db", help="store URL, overri
 
 
 def _config(path: Path | None, db: str | None = None):
-    from reports.slo_rules import check_rules_known
+    from prober.alerting.slo_rules import check_rules_known
 
     config = load_config(path)
     check_rules_known(config.slo, config.source)
@@ -52,7 +52,7 @@ def _config(path: Path | None, db: str | None = None):
 
 def _shown(value: Any) -> str:
     """Stored or endpoint-supplied text for a table cell or a line: secrets masked, control
-    characters escaped (prober/controlchars.py), rich markup inert."""
+    characters escaped (prober/core/controlchars.py), rich markup inert."""
     return escape(escape_controls(redact_text(str(value))))
 
 
@@ -100,11 +100,11 @@ def run(
     for problem in result.problems:
         err.print(f"problem: {_shown(problem)}")
     if result.alerts is not None:
-        from reports.alerts import describe
+        from prober.alerting.alerts import describe
 
         for line in describe(result.alerts):
             out.print(_shown(line))
-    from reports.run_lines import target_lines
+    from prober.alerting.slo_rules import target_lines
 
     for line in result.warnings:
         err.print(_shown(line))
@@ -186,8 +186,9 @@ def show(
 
     Example: prober show 3f2a9c
     """
-    from prober.records import Metric
-    from reports.run_lines import provenance_lines, rule_state_lines
+    from prober.core.records import Metric
+    from prober.alerting.slo_rules import rule_state_lines
+    from reports.run_lines import provenance_lines
     from store.engine import redacted
 
     cfg = _config(config, db)
@@ -223,7 +224,7 @@ FLAG_MARKER = "!"
 
 def _print_metrics(metrics, title: str) -> None:
     """One narrow table per target and probe: rows grouped by their labels (e.g. concurrency)."""
-    from prober.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
+    from prober.core.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
     from reports.svg import interval_text
 
     out.print(_shown(title))
@@ -269,6 +270,7 @@ def report(
 
     Example: prober report --since 30d --format html --out /var/www/prober
     """
+    from prober.alerting.verdicts import ReportVerdicts
     from reports.collect import collect, parse_since
     from reports.render import RENDERERS, write_report
 
@@ -279,7 +281,7 @@ def report(
     store = open_store(cfg.store.url, err)
     try:
         require_known_target(store, cfg, target)
-        collected = collect(store, cfg.slo, start, target, cfg.drift)
+        collected = collect(store, ReportVerdicts(cfg.slo, cfg.drift), start, target)
     finally:
         store.close()
     path = write_report(collected, fmt, out_dir)
@@ -408,7 +410,7 @@ def drill(
 
     Example: prober drill --config prober.toml
     """
-    from reports.drill import run_drill
+    from prober.alerting.drill import run_drill
 
     result = run_drill(_config(config), out, store_url=db, healthy_runs=healthy_runs)
     raise typer.Exit(0 if result.ok else 1)

@@ -19,7 +19,7 @@ import threading
 
 from rich.console import Console
 
-from prober.records import utcnow
+from prober.core.records import utcnow
 from store import Store
 
 RENEWALS_PER_LEASE = 10

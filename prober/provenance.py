@@ -1,12 +1,12 @@
 """What a run measured on a target: each suite entry's probe version and effective parameters, and
 the target's own configuration hash. Stored with the run (store.run_entries, store.run_targets), so
-that a drift baseline can take only comparable runs (reports/baseline.py)."""
+that a drift baseline can take only comparable runs (prober/alerting/baseline.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from prober.config import TargetConfig, model_hash
+from prober.core.config import TargetConfig, model_hash
 from suites.loader import Suite
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from prober.records import Exchange
+from prober.core.records import Exchange
 
 RETRYABLE = frozenset({"rate_limited", "overloaded", "server_error", "timeout", "connection", "protocol"})
 

@@ -4,7 +4,7 @@ Each target runs and fails on its own: a target that cannot complete (unreachabl
 the ceiling, budget exhausted) is recorded as failed with its reason, and every other target is
 still summarized and judged (SLO rules, drift).
 
-Exit codes (DESIGN.md): 0 all held; 1 an SLO broke or drift was detected (reports/alerts.py);
+Exit codes (DESIGN.md): 0 all held; 1 an SLO broke or drift was detected (prober/alerting/alerts.py);
 3 some target could not complete, or the run was interrupted (after the other targets' alerts
 went out). Configuration errors (2) are raised before anything is sent.
 """
@@ -28,22 +28,22 @@ from rich.console import Console
 
 import prober
 from prober.budget import BudgetExhausted, RunBudget
-from prober.config import ProberConfig, TargetConfig
-from prober.errors import ConfigError
+from prober.core.config import ProberConfig, TargetConfig
+from prober.core.errors import ConfigError
 from prober.lease import RunLease, lease_until
 from prober.looplag import LoopLagMonitor
 from prober.progress import RunProgress
 from prober.provenance import entry_records, target_config_hash
-from prober.records import Metric, Run, utcnow
-from prober.redact import register_config
+from prober.core.records import Metric, Run, utcnow
+from prober.core.redact import register_config
 from prober.session import TargetGate, TargetSession
 from prober.sink import SampleSink, SinkError
 from prober.store_access import open_store
 from prober.targets import make_adapter
 from prober.transport import unreachable_reason
-from reports.alerts import Evaluation, evaluate_run, make_sinks
-from reports.drift import baseline_resets
-from reports.slo_rules import RuleState, check_rules_known, rule_states, unmatched_warnings
+from prober.alerting.alerts import Evaluation, evaluate_run, make_sinks
+from prober.alerting.drift import baseline_resets
+from prober.alerting.slo_rules import RuleState, check_rules_known, rule_states, unmatched_warnings
 from store import Store
 from suites.loader import Suite, load_suite
 
@@ -196,7 +196,7 @@ class Runner:
         if result.status != "interrupted" and crashed is None and not storage_failed:
             self._check_error_ceilings(store, run.id, result)
             # A failed target's partial samples are summarized too, for `prober show`; only the
-            # targets that completed are judged (reports/alerts.py, reports/drift.py).
+            # targets that completed are judged (prober/alerting/alerts.py, prober/alerting/drift.py).
             result.metrics = self._summarize(store, run.id, suite, targets, sessions, lag)
             store.write_metrics(result.metrics)
         result.problems += [f"target {name}: {reason}" for name, (status, reason) in result.targets.items()

@@ -19,9 +19,9 @@ from typing import Any
 from asyncio_throttle import Throttler
 
 from prober.budget import BudgetExhausted, RunBudget
-from prober.config import RunnerConfig, TargetConfig
+from prober.core.config import RunnerConfig, TargetConfig
 from prober.progress import RunProgress
-from prober.records import ChatRequest, Exchange, Sample
+from prober.core.records import ChatRequest, Exchange, Sample
 from prober.retry import retry_delay, should_retry
 from prober.sink import SampleSink
 from prober.targets.base import TargetAdapter

@@ -19,8 +19,8 @@ import queue
 import signal
 from typing import Any
 
-from prober.records import Sample
-from prober.redact import active_secrets, register
+from prober.core.records import Sample
+from prober.core.redact import active_secrets, register
 
 _CONTEXT = multiprocessing.get_context("spawn")   # never fork a process that runs threads
 _POLL_SECONDS = 0.5

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from rich.console import Console
 
-from prober.config import ProberConfig
-from prober.errors import ConfigError
+from prober.core.config import ProberConfig
+from prober.core.errors import ConfigError
 from store import Store
 
 

@@ -32,7 +32,7 @@ from time import perf_counter_ns
 from typing import NamedTuple
 from urllib.parse import unquote, urlsplit
 
-from prober.config import Timeouts
+from prober.core.config import Timeouts
 
 _MAX_HEAD = 64 * 1024            # response header block
 _HIGH_WATER = 1 << 20            # pause reading when this much is buffered and unconsumed

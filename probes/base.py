@@ -16,9 +16,9 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from prober import stats
-from prober.config import TargetConfig
-from prober.records import ChatRequest, Exchange, Metric
+from prober.core import stats
+from prober.core.config import TargetConfig
+from prober.core.records import ChatRequest, Exchange, Metric
 
 
 class ProbeParams(BaseModel):

@@ -35,9 +35,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from prober import stats
-from prober.config import Pricing
-from prober.records import ChatRequest, Exchange, Metric
+from prober.core import stats
+from prober.core.config import Pricing
+from prober.core.records import ChatRequest, Exchange, Metric
 from probes import caching_requests as rq
 from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
 from probes.prompts import nonce

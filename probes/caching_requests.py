@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from prober.records import ChatRequest
+from prober.core.records import ChatRequest
 from probes.prompts import filler_words
 
 # Where the changing value goes (issue: start of the system prompt, middle, just before the

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from prober import stats
-from prober.records import ChatRequest, Metric
+from prober.core import stats
+from prober.core.records import ChatRequest, Metric
 from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
 from probes.prompts import filler_words, nonce
 

@@ -67,8 +67,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from prober import stats
-from prober.records import ChatRequest, Metric
+from prober.core import stats
+from prober.core.records import ChatRequest, Metric
 from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
 from probes.divergence import common_prefix_length
 from probes.penalty_analysis import CONSTRAINED_MODES, PenaltyAnalysis, analyse_records

@@ -31,8 +31,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
-from prober import stats
-from prober.records import ChatRequest, Exchange, Metric
+from prober.core import stats
+from prober.core.records import ChatRequest, Exchange, Metric
 from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
 from suites.datasets import SHIPPED_SCHEMA_ORDER, LabelledItem, load_labelled_jsonl
 

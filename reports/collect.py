@@ -1,7 +1,9 @@
 """Read the store into a report: per target and suite, the latest run's metrics judged against the
 SLO rules, every metric's values over time, each suite's own charts, and a few sample outputs.
 
-The renderers (html, markdown, json_report) only format what is collected here.
+The renderers (html, markdown, json_report) only format what is collected here. The verdicts (SLO
+checks, baseline resets) come from the `Verdicts` the command layer passes in: reports render them
+and import no alerting code.
 """
 
 from __future__ import annotations
@@ -12,14 +14,14 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from prober.config import DriftConfig, SloRule
-from prober.errors import ConfigError
-from prober.records import utcnow
+from prober.core.config import SloRule
+from prober.core.errors import ConfigError
+from prober.core.records import labels_key, utcnow
 from reports.examples import Example, pick_examples
 from reports.plots import MetricSeries, Plot, point, suite_plots, trend_plots
-from reports.slo import check_run, labels_key
+from reports.run_lines import provenance_lines
 from store import Store
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*$")
@@ -40,6 +42,28 @@ def parse_since(text: str | None, now: dt.datetime | None = None) -> dt.datetime
         raise ConfigError(f"--since {text!r}: expected a duration such as 30d, 12h, 2w or 90m, "
                           f"or a date such as 2026-01-31") from None
     return when.replace(tzinfo=dt.timezone.utc) if when.tzinfo is None else when.astimezone(dt.timezone.utc)
+
+
+class SloJudgement(Protocol):
+    """One SLO rule judged against one metric row."""
+
+    @property
+    def rule(self) -> SloRule: ...
+    @property
+    def metric(self) -> dict[str, Any]: ...
+    @property
+    def broken(self) -> bool: ...
+
+
+class Verdicts(Protocol):
+    """What the report shows but does not decide (prober.alerting.verdicts.ReportVerdicts)."""
+
+    def slo_checks(self, metric_rows: Sequence[dict[str, Any]],
+                   run_row: dict[str, Any]) -> Sequence[SloJudgement]: ...
+
+    def baseline_resets(self, store: Store, run: dict[str, Any], target: str) -> list[str]:
+        """The "baseline reset: ..." lines of `run`'s entries on `target`."""
+        ...
 
 
 @dataclass
@@ -76,7 +100,7 @@ class RunInfo:
 
 @dataclass
 class FiringAlert:
-    """An alert of this target and suite that is firing now (reports/alerts.py keeps the states)."""
+    """An alert of this target and suite that is firing now (prober/alerting/alerts.py keeps the states)."""
 
     name: str
     kind: str            # "slo" | "drift"
@@ -146,26 +170,22 @@ def _history(rows: Sequence[dict[str, Any]]) -> list[MetricSeries]:
     return list(series.values())
 
 
-def _provenance(store: Store, run_id: str, target: str, drift: DriftConfig | None) -> tuple[list[str], list[str]]:
-    from reports.baseline import select_baselines
-    from reports.run_lines import provenance_lines
-
+def _provenance(store: Store, run_id: str, target: str, verdicts: Verdicts) -> tuple[list[str], list[str]]:
     run = store.get_run(run_id)
     run["target_status"] = {t: s for t, s in (run.get("target_status") or {}).items() if t == target}
     run["targets"] = [target]
-    resets = [] if drift is None or not drift.enabled else [
-        b.reset for b in select_baselines(store, run, target, drift.baseline_runs).values() if b.reset]
+    resets = verdicts.baseline_resets(store, run, target)
     return provenance_lines(run, store.run_entries(run_id, target=target)), resets
 
 
-def _section(store: Store, rules: Sequence[SloRule], target: str, suite: str,
-             rows: list[dict[str, Any]], firing: list[FiringAlert], drift: DriftConfig | None) -> Section:
+def _section(store: Store, verdicts: Verdicts, target: str, suite: str,
+             rows: list[dict[str, Any]], firing: list[FiringAlert]) -> Section:
     runs = list({row["run_id"]: RunInfo(row["run_id"], row["run_started_at"], row["run_status"])
                  for row in rows}.values())
     latest = _latest_run(runs)
     latest_rows = [row for row in rows if row["run_id"] == latest.id]
     checks = defaultdict(list)
-    for check in check_run(rules, latest_rows, {"id": latest.id, "suite": suite}):
+    for check in verdicts.slo_checks(latest_rows, {"id": latest.id, "suite": suite}):
         condition = f"{check.rule.comparator} {check.rule.threshold:g}"
         checks[check.metric["id"]].append(SloResult(check.rule.name, condition, check.rule.severity, check.broken))
     recent: dict[tuple[str, str, str], list[float | None]] = defaultdict(list)
@@ -185,13 +205,13 @@ def _section(store: Store, rules: Sequence[SloRule], target: str, suite: str,
             plots=suite_plots(probe, probe_rows, probe_history),
             trends=trend_plots(probe_history),
             examples=[e for e in examples if e.probe == probe]))
-    provenance, resets = _provenance(store, latest.id, target, drift)
+    provenance, resets = _provenance(store, latest.id, target, verdicts)
     return Section(target=target, suite=suite, runs=runs, latest_run=latest, probes=probes, firing=firing,
                    provenance=provenance, baseline_resets=resets)
 
 
-def collect(store: Store, rules: Sequence[SloRule], since: dt.datetime | None = None,
-            target: str | None = None, drift: DriftConfig | None = None) -> Report:
+def collect(store: Store, verdicts: Verdicts, since: dt.datetime | None = None,
+            target: str | None = None) -> Report:
     """The report over the runs started since `since` (all runs when None), for one target or all."""
     grouped: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in store.metric_history(since=since, target=target):
@@ -201,6 +221,6 @@ def collect(store: Store, rules: Sequence[SloRule], since: dt.datetime | None = 
         firing[(alert["target"], alert["suite"])].append(FiringAlert(
             alert["name"], alert["kind"], alert["severity"], alert["metric"], alert.get("labels") or {},
             alert["summary"], alert.get("fired_at")))
-    sections = [_section(store, rules, target_name, suite, rows, firing[(target_name, suite)], drift)
+    sections = [_section(store, verdicts, target_name, suite, rows, firing[(target_name, suite)])
                 for (target_name, suite), rows in sorted(grouped.items())]
     return Report(generated_at=utcnow(), since=since, target=target, store_url=store.url, sections=sections)

@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from prober.errors import ConfigError
+from prober.core.errors import ConfigError
 from store import Store
 
 

@@ -14,7 +14,7 @@ from markupsafe import Markup
 
 from reports.collect import Report
 from reports.plots import label_text
-from prober.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
+from prober.core.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
 from reports.svg import fmt, interval_text, render
 
 _ENV = jinja2.Environment(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prober import stats
+from prober.core import stats
 from probes.penalty import NO_OP as PENALTY_NO_OP
 
 # Labels that name a run's phase rather than a measured condition: never a series of their own.

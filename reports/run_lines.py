@@ -1,15 +1,13 @@
-"""Terminal lines about a run as a whole: each target's status and reason, what each suite entry
-measured (provenance), and the SLO rules' states. Used by `prober run`, `prober runs` and
-`prober show`; the CLI escapes every line (reasons and parameters may carry endpoint text)."""
+"""Terminal lines about a run as a whole: each target's status and reason, and what each suite
+entry measured (provenance). Used by `prober runs`, `prober show` and the report; the CLI escapes
+every line (reasons and parameters may carry endpoint text). The SLO rules' lines are verdicts and
+live in prober/alerting/slo_rules.py."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-from prober.config import SloRule
-from reports.slo_rules import RuleState, rule_states, slo_line
 
 
 def target_status_text(run: dict[str, Any]) -> str:
@@ -23,18 +21,6 @@ def target_status_text(run: dict[str, Any]) -> str:
         reason = f" ({state['reason']})" if state.get("reason") else ""
         parts.append(f"{target}: {state['status']}{reason}")
     return "; ".join(parts)
-
-
-def target_lines(targets: dict[str, tuple[str, str | None]], slo_states: dict[str, list[RuleState]]) -> list[str]:
-    """The last lines of `prober run`: one per target, `SLOs: N held, M broken, K no data` for a
-    target that completed, its status and reason for one that did not."""
-    lines = []
-    for target, (status, reason) in targets.items():
-        if status == "complete":
-            lines.append(slo_line(target, slo_states.get(target, [])))
-        else:
-            lines.append(f"{target}: {status}{f' ({reason})' if reason else ''}; SLOs not checked")
-    return lines
 
 
 def provenance_lines(run: dict[str, Any], entries: Sequence[dict[str, Any]]) -> list[str]:
@@ -52,23 +38,4 @@ def provenance_lines(run: dict[str, Any], entries: Sequence[dict[str, Any]]) -> 
         for entry in (e for e in entries if e["target"] == target):
             params = ", ".join(f"{key}={json.dumps(value)}" for key, value in sorted((entry.get("params") or {}).items()))
             lines.append(f"  {entry['entry']}: {entry['probe']} probe v{entry['probe_version']}, params {params}")
-    return lines
-
-
-def rule_state_lines(run: dict[str, Any], entries: Sequence[dict[str, Any]], metric_rows: Iterable[dict[str, Any]],
-                     rules: Sequence[SloRule]) -> list[str]:
-    """Each SLO rule's state per completed target (held, broken, no data, with its worst row), then
-    the target's summary line."""
-    if not rules:
-        return ["no SLO rules configured"]
-    rows = list(metric_rows)
-    lines = []
-    for target, state in (run.get("target_status") or {}).items():
-        if state["status"] != "complete":
-            lines.append(f"{target}: {state['status']}; SLOs not checked")
-            continue
-        probes = list(dict.fromkeys(e["probe"] for e in entries if e["target"] == target))
-        states = rule_states(rules, run, target, probes, rows)
-        lines += [f"slo {s.rule.name} on {target}: {s.state}: {s.detail}" for s in states]
-        lines.append(slo_line(target, states))
     return lines

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
-from prober.errors import ConfigError
+from prober.core.errors import ConfigError
 from store.coltypes import dumps_json
 
 T = TypeVar("T")

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 
-from prober.errors import ConfigError
-from prober.records import utcnow
+from prober.core.errors import ConfigError
+from prober.core.records import utcnow
 from store.coltypes import JSONColumn, SafeText, UTCDateTime
 from store.engine import redacted, write_transaction
 

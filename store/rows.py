@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from prober.records import KEPT_HEADER_PREFIXES, Metric, Run, Sample
-from prober.redact import is_credential_header, redact_text, redact_value
+from prober.core.records import KEPT_HEADER_PREFIXES, Metric, Run, Sample
+from prober.core.redact import is_credential_header, redact_text, redact_value
 
 
 def without_secrets(headers: dict[str, Any] | None, keep_prefixes: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -36,7 +36,7 @@ def output_fields(text: str | None, max_chars: int | None) -> dict[str, Any]:
 
 
 def sample_row(sample: Sample, max_output_chars: int | None) -> dict[str, Any]:
-    """Every text in the row has the configured secrets masked (prober/redact.py), the output
+    """Every text in the row has the configured secrets masked (prober/core/redact.py), the output
     before it is hashed and bounded, so that a cut cannot leave half a key behind."""
     ex = sample.exchange
     offsets = ex.offsets_ms()

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from prober.errors import ConfigError
-from prober.records import Metric, Run, utcnow
-from prober.redact import redact_text, redact_value
+from prober.core.errors import ConfigError
+from prober.core.records import Metric, Run, utcnow
+from prober.core.redact import redact_text, redact_value
 from store.engine import open_engine, redacted, write_transaction
 from store.migrations import migrate
 from store.rows import metric_row, run_row
@@ -342,7 +342,7 @@ class Store:
         with self._engine.connect() as conn:
             return [dict(row._mapping) for row in conn.execute(query)]
 
-    # -- alerts and their outbox (reports/alerts.py) ------------------------------------------
+    # -- alerts and their outbox (prober/alerting/alerts.py) ------------------------------------------
 
     def alerts(self, keys: Iterable[str] | None = None, state: str | None = None) -> list[dict[str, Any]]:
         """Alert rows (all, or those with these keys, or in this state), oldest key first."""

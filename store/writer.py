@@ -21,7 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from prober.records import Sample
+from prober.core.records import Sample
 from store import schema
 from store.engine import is_transient, write_transaction
 from store.rows import sample_row

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from prober.errors import ConfigError
+from prober.core.errors import ConfigError
 
 SHIPPED_SCHEMA_ORDER = Path(__file__).parent / "data" / "schema_order.jsonl"
 

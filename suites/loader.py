@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from prober.errors import ConfigError
-from prober.tomlfile import read_toml, validation_error
+from prober.core.errors import ConfigError
+from prober.core.tomlfile import read_toml, validation_error
 from probes.base import Probe, ProbeParams, get_probe
 from suites.overrides import ParamOverrides, command_line_error
 

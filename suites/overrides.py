@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from prober.errors import ConfigError
+from prober.core.errors import ConfigError
 from probes.base import Probe
 
 

@@ -7,9 +7,9 @@ import socket
 
 import pytest
 
-from prober.config import ProberConfig
-from reports.alerts import advance, evaluate_run, make_sinks
-from reports.sinks import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from prober.core.config import ProberConfig
+from prober.alerting.alerts import advance, evaluate_run, make_sinks
+from prober.alerting.sinks import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from store import Store
 from tests.support.history import add_run
 from tests.support.receiver import Receiver
@@ -96,7 +96,7 @@ def test_the_secret_never_reaches_the_database(tmp_path, monkeypatch):
 
 
 def test_an_unset_secret_or_url_variable_is_a_config_error(monkeypatch):
-    from prober.errors import ConfigError
+    from prober.core.errors import ConfigError
 
     monkeypatch.delenv("ALERT_TEST_SECRET", raising=False)
     with pytest.raises(ConfigError, match="sinks.webhook.secret_env: environment variable ALERT_TEST_SECRET"):
@@ -106,7 +106,7 @@ def test_an_unset_secret_or_url_variable_is_a_config_error(monkeypatch):
 
 
 def test_state_machine_pending_is_not_a_notification():
-    from reports.alerts import Observation
+    from prober.alerting.alerts import Observation
 
     def obs(broken: bool) -> Observation:
         return Observation(key="k", kind="slo", name="r", severity="warning", target="t", suite="s", probe="p",

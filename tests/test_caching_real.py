@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from prober.config import ProberConfig
+from prober.core.config import ProberConfig
 from prober.runner import Runner
 from store import Store
 from tests.support.cli import prober

@@ -5,7 +5,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from prober.errors import ConfigError
+from prober.core.errors import ConfigError
 from probes.base import get_probe
 from probes.divergence import (
     DivergenceParams,

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from prober import stats
+from prober.core import stats
 
 
 def _brute_force_trend_p(successes, totals, scores, alternative):

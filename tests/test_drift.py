@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import statsmodels.api as sm
 
-from prober import stats
-from prober.config import DriftConfig, ProberConfig
-from reports.alerts import evaluate_run
-from reports.alerts import drift_observations
-from reports.drift import DriftOutcome, decide, drift_for_run, is_proportion, night_test, run_values, target_tests
+from prober.core import stats
+from prober.core.config import DriftConfig, ProberConfig
+from prober.alerting.alerts import evaluate_run
+from prober.alerting.alerts import drift_observations
+from prober.alerting.drift import DriftOutcome, decide, drift_for_run, is_proportion, night_test, run_values, target_tests
 from store import Store
 from tests.support.history import add_run, share
 

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from reports.sinks import verify
+from prober.alerting.sinks import verify
 from tests.support.alertmanager import current_alerts
 from tests.support.cli import prober
 from tests.support.receiver import Receiver

@@ -12,7 +12,7 @@ import pytest
 
 from prober.emulator import Scenario, load_scenario
 from prober.emulator.tokenizer import count_tokens
-from prober.errors import ConfigError
+from prober.core.errors import ConfigError
 from tests.support.emulator import ManualClock, RawConnection, cache_on_clock, raw_request, run, running
 
 pytestmark = pytest.mark.timeout(60)

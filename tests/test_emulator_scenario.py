@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from prober.emulator import Faults, Scenario, load_scenario
-from prober.errors import ConfigError
+from prober.core.errors import ConfigError
 
 
 def test_defaults() -> None:

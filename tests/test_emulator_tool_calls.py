@@ -11,10 +11,10 @@ import anthropic
 import openai
 import pytest
 
-from prober.config import TargetConfig
+from prober.core.config import TargetConfig
 from prober.emulator import Scenario
 from prober.emulator.behaviours import base_behaviours
-from prober.records import ChatRequest
+from prober.core.records import ChatRequest
 from prober.targets import make_adapter
 from tests.support.emulator import run, running
 

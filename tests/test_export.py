@@ -12,8 +12,8 @@ import subprocess
 import pandas as pd
 import pytest
 
-from prober.config import ProberConfig
-from prober.records import Metric, Run
+from prober.core.config import ProberConfig
+from prober.core.records import Metric, Run
 from prober.runner import Runner
 from reports.prometheus import exposition, gauge_name, label_name, label_value
 from store import Store

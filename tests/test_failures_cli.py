@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from prober.config import ProberConfig
+from prober.core.config import ProberConfig
 from prober.runner import Runner
 from prober.targets.openai import OpenAIStreamDecoder
 from store import Store

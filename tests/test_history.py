@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from prober.records import Metric, Run
+from prober.core.records import Metric, Run
 from store import Store
 from tests.support.cli import prober
 from tests.support.postgres import create_database

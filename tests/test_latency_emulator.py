@@ -4,8 +4,8 @@ from collections import defaultdict
 
 import pytest
 
-from prober import stats
-from prober.config import ProberConfig
+from prober.core import stats
+from prober.core.config import ProberConfig
 from prober.runner import Runner
 from store import Store
 from tests.support.emulated import emulator_process, ground_truth

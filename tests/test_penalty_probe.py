@@ -5,8 +5,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from prober import stats
-from prober.config import TargetConfig
+from prober.core import stats
+from prober.core.config import TargetConfig
 from prober.targets.anthropic import AnthropicAdapter
 from prober.targets.openai import OpenAIAdapter
 from probes.base import get_probe

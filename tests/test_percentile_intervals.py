@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import lognorm, quantile_test
 
-from prober import stats
+from prober.core import stats
 from probes.latency import LatencyParams, LatencyProbe
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from reports.drift import baseline_window
+from prober.alerting.drift import baseline_window
 from store import Store
 from tests.support.cli import prober
 from tests.support.llama import free_port
@@ -149,7 +149,7 @@ def test_two_entries_of_one_probe_are_kept_apart(tmp_path):
 
 
 def test_a_version_2_database_keeps_its_runs_and_they_reset_the_baseline(tmp_path):
-    from reports.baseline import select_baselines
+    from prober.alerting.baseline import select_baselines
     from store import migrate
     from store.engine import open_engine
     from store.rows import run_row

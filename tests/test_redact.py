@@ -1,4 +1,4 @@
-"""prober/redact.py and prober/controlchars.py on canned text: what is masked, what is left
+"""prober/core/redact.py and prober/core/controlchars.py on canned text: what is masked, what is left
 alone, and why (the end-to-end checks are in test_hostile_endpoint.py)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from urllib.parse import quote
 
 import pytest
 
-from prober.config import load_config
-from prober.controlchars import escape_controls
-from prober.errors import ConfigError
-from prober.redact import MASK, MIN_SECRET_CHARS, Redactor, is_credential_header
+from prober.core.config import load_config
+from prober.core.controlchars import escape_controls
+from prober.core.errors import ConfigError
+from prober.core.redact import MASK, MIN_SECRET_CHARS, Redactor, is_credential_header
 from tests.support.cli import prober
 
 KEY = "sk-proj-Abc123/Def+456=xyz\"q"
@@ -98,7 +98,7 @@ def test_the_cli_consoles_mask_whatever_line_prints_a_secret(capsys):
 
     from rich.console import Console
 
-    from prober.redact import RedactingStream, register
+    from prober.core.redact import RedactingStream, register
 
     canary = f"sk-console-canary-{secrets.token_hex(16)}"
     register([canary])

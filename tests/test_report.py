@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from markupsafe import escape
 
-from prober.config import ProberConfig
-from prober.errors import ConfigError
-from prober.records import Exchange, Metric, Run, Sample
+from prober.core.config import ProberConfig
+from prober.core.errors import ConfigError
+from prober.core.records import Exchange, Metric, Run, Sample
 from prober.runner import Runner
-from reports.alerts import evaluate_run
+from prober.alerting.alerts import evaluate_run
+from prober.alerting.verdicts import ReportVerdicts
 from reports.collect import collect, parse_since
 from reports.html import render_html
 from reports.json_report import render_json
@@ -125,7 +126,7 @@ def report_store(tmp_path_factory):
 
 def test_report_model_covers_every_target_and_suite(report_store):
     _, config, store = report_store
-    report = collect(store, config.slo)
+    report = collect(store, ReportVerdicts(config.slo))
     sections = {(s.target, s.suite): s for s in report.sections}
     assert set(sections) == {("emulator", "divergence"), ("emulator", "latency"), ("emulator", "caching"),
                              ("emulator-openai", "penalty"), ("emulator-openai", "schema_order"),
@@ -176,7 +177,7 @@ def test_report_model_covers_every_target_and_suite(report_store):
 
 def test_penalty_and_schema_order_runs_get_their_plots(report_store):
     _, config, store = report_store
-    sections = {(s.target, s.suite): s for s in collect(store, config.slo).sections}
+    sections = {(s.target, s.suite): s for s in collect(store, ReportVerdicts(config.slo)).sections}
     [penalty] = sections[("emulator-openai", "penalty")].probes
     titles = [p.title.split(" (")[0] for p in penalty.plots]
     assert titles == ["Corruption against penalty", "Corruption against length", "JSON parse rate against penalty"]
@@ -212,7 +213,7 @@ def test_suite_plots_degrade_when_metrics_are_missing():
 
 def test_html_escapes_stored_text(report_store):
     _, config, store = report_store
-    page = render_html(collect(store, config.slo))
+    page = render_html(collect(store, ReportVerdicts(config.slo)))
     assert "<script" not in page.lower()
     assert "<img" not in page.lower()
     assert "onerror=alert" in page                        # the text is shown ...
@@ -227,7 +228,7 @@ def test_html_escapes_stored_text(report_store):
 
 def test_markdown_and_json(report_store):
     _, config, store = report_store
-    report = collect(store, config.slo)
+    report = collect(store, ReportVerdicts(config.slo))
     markdown = render_markdown(report)
     assert "## emulator / latency" in markdown
     assert "| ttft-generous | ttft\\_p50\\_ms | concurrency=1 |" in markdown
@@ -252,7 +253,7 @@ def test_markdown_and_json(report_store):
 def test_flagged_percentiles_are_marked_and_explained_in_every_format(report_store):
     # 6 latency requests a level: p50 has a bounded interval, p99 (needs 368) is flagged.
     _, config, store = report_store
-    report = collect(store, config.slo)
+    report = collect(store, ReportVerdicts(config.slo))
     latency = next(s for s in report.sections if (s.target, s.suite) == ("emulator", "latency"))
     by_name = {(m.name, m.labels.get("concurrency")): m for m in latency.probes[0].metrics}
     assert by_name[("ttft_p99_ms", 1)].flags == ["interval_unbounded"]

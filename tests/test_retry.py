@@ -1,6 +1,6 @@
 import random
 
-from prober.records import Exchange, utcnow
+from prober.core.records import Exchange, utcnow
 from prober.retry import retry_delay, server_retry_after, should_retry
 
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from prober.config import ProberConfig
+from prober.core.config import ProberConfig
 from prober.runner import Runner
 from store import Store
 from tests.support.cli import prober

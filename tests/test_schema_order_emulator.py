@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from prober import stats
+from prober.core import stats
 from prober.emulator import Scenario, load_scenario
 from prober.emulator.behaviours import Pipeline, ServerState, base_behaviours
 from prober.emulator.plan import GenRequest, PromptBlock
 from prober.emulator.schema_order import item_outcomes
-from prober.errors import ConfigError
+from prober.core.errors import ConfigError
 from suites.datasets import SHIPPED_SCHEMA_ORDER, load_labelled_jsonl
 from tests.support.emulated import run_suite_on_emulator
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from prober.errors import ConfigError
+from prober.core.errors import ConfigError
 from probes.schema_order import SchemaOrderParams, SchemaVariant, build_request, grade, output_json_text
 from suites.datasets import SHIPPED_SCHEMA_ORDER, load_labelled_jsonl
 from suites.loader import load_suite

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from prober import stats
+from prober.core import stats
 from tests.support.cli import run_suite_on_local
 
 ITEMS = 12

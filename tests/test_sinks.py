@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from prober.config import SinkConfig
-from prober.errors import ConfigError
-from reports.sinks import DeliveryError, make_sink, verify
+from prober.core.config import SinkConfig
+from prober.core.errors import ConfigError
+from prober.alerting.sinks import DeliveryError, make_sink, verify
 from tests.support.alertmanager import current_alerts
 from tests.support.receiver import Receiver
 

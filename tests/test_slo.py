@@ -7,10 +7,10 @@ import textwrap
 
 import pytest
 
-from prober.config import ProberConfig, SloRule, load_config
-from prober.errors import ConfigError
-from reports.alerts import evaluate_run
-from reports.slo import rule_breaks, rule_matches
+from prober.core.config import ProberConfig, SloRule, load_config
+from prober.core.errors import ConfigError
+from prober.alerting.alerts import evaluate_run
+from prober.alerting.slo import rule_breaks, rule_matches
 from store import Store
 from tests.support.cli import prober
 from tests.support.history import add_run

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from prober.config import SloRule
-from prober.errors import ConfigError
+from prober.core.config import SloRule
+from prober.core.errors import ConfigError
 from probes.base import MetricCollector, all_metric_names, get_probe, probe_names
-from reports.slo_rules import check_rules_known, rule_states, slo_line
+from prober.alerting.slo_rules import check_rules_known, rule_states, slo_line
 from tests.support.cli import prober
 
 

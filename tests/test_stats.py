@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from prober import stats
+from prober.core import stats
 
 
 def test_percentile_interpolates_between_ranks():

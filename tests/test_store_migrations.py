@@ -7,7 +7,7 @@ import os
 import pytest
 import sqlalchemy as sa
 
-from prober.errors import ConfigError
+from prober.core.errors import ConfigError
 from store import MIGRATIONS, Store, migrate, schema_version
 from store.engine import open_engine
 from store.migrations import add_column

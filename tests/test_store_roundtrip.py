@@ -16,8 +16,8 @@ import uuid
 
 import pytest
 
-from prober.errors import ConfigError
-from prober.records import Exchange, Metric, Run, Sample
+from prober.core.errors import ConfigError
+from prober.core.records import Exchange, Metric, Run, Sample
 from store import Store
 from tests.support.postgres import create_database, postgres_url  # noqa: F401
 

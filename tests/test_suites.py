@@ -1,6 +1,6 @@
 import pytest
 
-from prober.errors import ConfigError
+from prober.core.errors import ConfigError
 from suites.loader import available_suites, load_suite
 
 

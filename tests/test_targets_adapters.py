@@ -9,8 +9,8 @@ import socket
 
 import pytest
 
-from prober.config import TargetConfig
-from prober.records import ERROR_TYPES, ChatRequest
+from prober.core.config import TargetConfig
+from prober.core.records import ERROR_TYPES, ChatRequest
 from prober.targets import make_adapter
 from prober.targets.anthropic import AnthropicAdapter
 from prober.targets.conformance import check_exchange

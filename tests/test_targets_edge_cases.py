@@ -15,9 +15,9 @@ from asyncio_throttle import Throttler
 from rich.console import Console
 
 from prober.budget import RunBudget
-from prober.config import Budget, RunnerConfig, TargetConfig
+from prober.core.config import Budget, RunnerConfig, TargetConfig
 from prober.progress import RunProgress
-from prober.records import ChatRequest, Exchange
+from prober.core.records import ChatRequest, Exchange
 from prober.session import TargetGate, TargetSession
 from prober.targets import make_adapter
 from prober.targets.conformance import check_exchange

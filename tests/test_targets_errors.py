@@ -7,7 +7,7 @@ import ssl
 
 import pytest
 
-from prober.records import ERROR_TYPES
+from prober.core.records import ERROR_TYPES
 from prober.targets.adapter import mentioned_param
 from prober.targets.errors import classify_error
 from prober.transport import TransportError

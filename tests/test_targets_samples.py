@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from prober.config import TargetConfig
-from prober.records import ChatRequest, Exchange, utcnow
+from prober.core.config import TargetConfig
+from prober.core.records import ChatRequest, Exchange, utcnow
 from prober.targets import make_adapter
 from prober.targets.anthropic import AnthropicStreamDecoder
 from prober.targets.conformance import check_exchange

@@ -10,7 +10,7 @@ from time import perf_counter_ns
 
 import pytest
 
-from prober.config import Timeouts
+from prober.core.config import Timeouts
 from prober.transport import HTTPTransport, TransportError, build_head, split_url
 from tests.test_transport_support import (
     LAST_CHUNK,

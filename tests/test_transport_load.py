@@ -9,8 +9,8 @@ import statistics
 
 import pytest
 
-from prober.config import TargetConfig
-from prober.records import ChatRequest
+from prober.core.config import TargetConfig
+from prober.core.records import ChatRequest
 from prober.targets import make_adapter
 from prober.targets.conformance import check_exchange
 from tests.test_transport_support import LAST_CHUNK, ScriptedServer, chunk, sse_head

@@ -12,8 +12,8 @@ import time
 import pytest
 
 import prober.transport
-from prober.config import TargetConfig
-from prober.records import ChatRequest
+from prober.core.config import TargetConfig
+from prober.core.records import ChatRequest
 from prober.targets import make_adapter
 from prober.transport import Origin, Proxy, proxy_for
 from tests.support.proxy import self_signed_certificate, tinyproxy

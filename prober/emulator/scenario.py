@@ -22,7 +22,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from prober.tomlfile import read_toml, validation_error
+from prober.core.tomlfile import read_toml, validation_error
 
 # What each fault does to a stream, and (in brackets) to a non-streaming response.
 FaultKind = Literal[

@@ -7,7 +7,7 @@ failure: a refused connection, a 429 or a garbled stream is an Exchange with `er
 
 from __future__ import annotations
 
-from prober.config import TargetConfig
+from prober.core.config import TargetConfig
 from prober.targets.base import TargetAdapter
 
 

@@ -17,8 +17,8 @@ from time import perf_counter_ns
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
-from prober.config import TargetConfig
-from prober.records import (
+from prober.core.config import TargetConfig
+from prober.core.records import (
     KEPT_HEADER_PREFIXES,
     KEPT_HEADERS,
     ChatRequest,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import abc
 from collections.abc import Awaitable, Callable
 
-from prober.config import TargetConfig
-from prober.records import ChatRequest, Exchange
+from prober.core.config import TargetConfig
+from prober.core.records import ChatRequest, Exchange
 
 
 class TargetAdapter(abc.ABC):

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from prober.records import Exchange
+from prober.core.records import Exchange
 
 _MAX_FINDINGS = 50
 _ERRORS_PER_EVENT = 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from prober.records import ChatRequest, Exchange
+from prober.core.records import ChatRequest, Exchange
 from prober.targets.adapter import (
     HTTPAdapter,
     StreamDecoder,

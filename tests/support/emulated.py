@@ -38,7 +38,7 @@ def run_suite_on_emulator(tmp_path: Path, scenario: str, protocol: str, suite: s
     """Run `suite` through the Runner against `prober emulate` serving `scenario` (`target`: more
     keys for the target's config, e.g. pricing); return the run's stored samples, its stored
     metrics and the emulator's ground truth."""
-    from prober.config import ProberConfig
+    from prober.core.config import ProberConfig
     from prober.runner import Runner
     from store import Store
 

@@ -8,7 +8,7 @@ import os
 import socket
 from typing import Any
 
-from prober.records import Exchange, Metric, Run, Sample
+from prober.core.records import Exchange, Metric, Run, Sample
 from store import Store
 
 T0 = dt.datetime(2026, 1, 1, 3, 0, tzinfo=dt.timezone.utc)
@@ -35,7 +35,7 @@ def add_run(store: Store, run_id: str, night: int, metrics: list[dict[str, Any]]
 
 def share(name: str, hits: int, n: int, **labels: Any) -> dict[str, Any]:
     """A proportion metric row as probes write them (value, Wilson interval, n, unit ratio)."""
-    from prober import stats
+    from prober.core import stats
 
     value, low, high = stats.proportion(hits, n)
     return {"name": name, "value": value, "ci_low": low, "ci_high": high, "n": n, "unit": "ratio", "labels": labels}

@@ -450,7 +450,7 @@ def nominal_alphas(bounds: Sequence[float]) -> list[float]:
     return [float(2 * norm.sf(b)) for b in bounds]
 
 
-# --- drift: rank tests and multiple comparisons (reports/drift.py) -----------------------------
+# --- drift: rank tests and multiple comparisons (prober/alerting/drift.py) -----------------------------
 
 def paired_difference_change(a_only: int, b_only: int, n: int, base_a_only: int, base_b_only: int,
                              base_n: int) -> float | None:
@@ -527,7 +527,7 @@ def benjamini_hochberg(p_values: Sequence[float | None]) -> list[float | None]:
     return adjusted
 
 
-# --- drift with the night as the unit (reports/drift.py) ----------------------------------------
+# --- drift with the night as the unit (prober/alerting/drift.py) ----------------------------------------
 # Each baseline run contributes one value; tonight's value is judged against their spread, so the
 # night-to-night variation of a real endpoint (load, routing, cache state) is part of the null.
 

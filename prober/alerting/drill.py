@@ -17,10 +17,10 @@ from typing import Any
 
 from rich.console import Console
 
-from prober.config import EmulatorTarget, ProberConfig, SloRule, TargetConfig
-from prober.controlchars import escape_controls
-from reports.alerts import Delivery, event_payload, make_sinks
-from reports.sinks import webhook_body
+from prober.core.config import EmulatorTarget, ProberConfig, SloRule, TargetConfig
+from prober.core.controlchars import escape_controls
+from prober.alerting.alerts import Delivery, event_payload, make_sinks
+from prober.alerting.sinks import webhook_body
 
 DRILL_TARGET = "drill"
 HEALTHY_FIRST_TOKEN_MS = 20

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from prober.errors import ConfigError
+from prober.core.errors import ConfigError
 
 
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Where alert events go: a signed JSON webhook, a Slack incoming webhook, Prometheus Alertmanager.
 
-Each sink turns one outbox event (reports/alerts.py, `event_payload`) into one HTTP POST and raises
+Each sink turns one outbox event (prober/alerting/alerts.py, `event_payload`) into one HTTP POST and raises
 `DeliveryError` unless the receiver answered 2xx; the outbox records the outcome and retries on a
 later run. Delivery goes through the project's own HTTP client (prober/transport.py), one
 short-lived connection per POST, run to completion from synchronous code.
@@ -25,7 +25,7 @@ import re
 import time
 from typing import Any, Protocol
 
-from prober.config import SinkConfig, Timeouts
+from prober.core.config import SinkConfig, Timeouts
 from prober.transport import HTTPTransport, TransportError, build_head, split_url
 
 SIGNATURE_HEADER = "X-Prober-Signature"

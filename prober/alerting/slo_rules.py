@@ -1,8 +1,9 @@
 """SLO rules as a user sees them: refused at load when they name a metric no probe produces, and
 after each run one state per rule and target (held, broken, no data), a warning for a rule that
-applied to a target but matched none of its metrics, and one summary line per target.
+applied to a target but matched none of its metrics, one summary line per target, and the terminal
+lines `prober run` and `prober show` print about them.
 
-Alert states (the `for` debouncing) stay in reports/alerts.py; this module only reports.
+Alert states (the `for` debouncing) stay in prober/alerting/alerts.py; this module only reports.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prober.config import SloRule
-from prober.errors import ConfigError
+from prober.core.config import SloRule
+from prober.core.errors import ConfigError
 from probes.base import RUNNER_METRIC_NAMES, all_metric_names, get_probe
-from reports.slo import SloCheck, check_run, rule_matches
+from prober.alerting.slo import SloCheck, check_run, rule_matches
 
 HELD, BROKEN, NO_DATA = "held", "broken", "no data"
 
@@ -106,3 +107,34 @@ def slo_line(target: str, states: Sequence[RuleState]) -> str:
     """`<target>: SLOs: N held, M broken, K no data`."""
     count = {state: sum(1 for s in states if s.state == state) for state in (HELD, BROKEN, NO_DATA)}
     return f"{target}: SLOs: {count[HELD]} held, {count[BROKEN]} broken, {count[NO_DATA]} no data"
+
+
+def target_lines(targets: dict[str, tuple[str, str | None]], slo_states: dict[str, list[RuleState]]) -> list[str]:
+    """The last lines of `prober run`: one per target, `SLOs: N held, M broken, K no data` for a
+    target that completed, its status and reason for one that did not."""
+    lines = []
+    for target, (status, reason) in targets.items():
+        if status == "complete":
+            lines.append(slo_line(target, slo_states.get(target, [])))
+        else:
+            lines.append(f"{target}: {status}{f' ({reason})' if reason else ''}; SLOs not checked")
+    return lines
+
+
+def rule_state_lines(run: dict[str, Any], entries: Sequence[dict[str, Any]], metric_rows: Iterable[dict[str, Any]],
+                     rules: Sequence[SloRule]) -> list[str]:
+    """Each SLO rule's state per completed target (held, broken, no data, with its worst row), then
+    the target's summary line."""
+    if not rules:
+        return ["no SLO rules configured"]
+    rows = list(metric_rows)
+    lines = []
+    for target, state in (run.get("target_status") or {}).items():
+        if state["status"] != "complete":
+            lines.append(f"{target}: {state['status']}; SLOs not checked")
+            continue
+        probes = list(dict.fromkeys(e["probe"] for e in entries if e["target"] == target))
+        states = rule_states(rules, run, target, probes, rows)
+        lines += [f"slo {s.rule.name} on {target}: {s.state}: {s.detail}" for s in states]
+        lines.append(slo_line(target, states))
+    return lines

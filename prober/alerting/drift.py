@@ -5,7 +5,7 @@ state, model revisions); pooling the requests of all baseline runs into one samp
 variation as drift (issue 12). So each metric family contributes one value per run, and tonight's
 value is judged against the values of the baseline runs, whose spread includes the night-to-night
 variation. Baseline: per suite entry, the previous `baseline_runs` runs of the same suite in which
-the target completed and the entry measured the same thing (reports/baseline.py); with none
+the target completed and the entry measured the same thing (prober/alerting/baseline.py); with none
 comparable the entry is not tested and `baseline_resets` says what changed.
 
 The page budget (`[drift] false_pages_per_90_nights`, one per target by default) decides the
@@ -44,10 +44,11 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from prober import stats
-from prober.config import DriftConfig
-from reports.baseline import completed_targets, select_baselines
-from reports.slo import format_value, labels_key
+from prober.core import stats
+from prober.core.config import DriftConfig
+from prober.alerting.baseline import completed_targets, select_baselines
+from prober.alerting.slo import format_value
+from prober.core.records import labels_key
 
 # Defaults for `[drift] min_effect`: absolute share, relative median change, paired difference.
 DEFAULT_MIN_EFFECT = {"proportion": 0.05, "latency": 0.20, "paired": 0.05}
@@ -381,7 +382,7 @@ def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, 
 def baseline_window(store: Any, run: dict[str, Any], target: str, size: int,
                     entry: str | None = None) -> list[dict[str, Any]]:
     """The previous `size` runs of the run's suite in which `target` completed and that are
-    comparable (reports/baseline.py) for suite entry `entry`, or for every entry when None; newest first."""
+    comparable (prober/alerting/baseline.py) for suite entry `entry`, or for every entry when None; newest first."""
     selected = select_baselines(store, run, target, size)
     if entry is not None:
         return selected[entry].runs if entry in selected else []

@@ -12,6 +12,7 @@ readings into milliseconds since the request started, which is what gets stored.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -166,6 +167,11 @@ class Metric:
     # Why this value must never be judged (by an SLO or a drift test), e.g. ["interval_unbounded"]
     # for a percentile whose sample is too small for its 95% interval; None or empty: judge it.
     flags: list[str] | None = None
+
+
+def labels_key(labels: dict[str, Any] | None) -> str:
+    """A stable text form of a metric's label set: alert identities and report series key on it."""
+    return json.dumps(labels or {}, sort_keys=True, separators=(",", ":"), default=str)
 
 
 RunStatus = Literal["running", "complete", "interrupted", "failed"]

@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from prober.errors import ConfigError
-from prober.urls import check_base_url
-from prober.redact import is_credential_header
-from prober.tomlfile import read_toml, validation_error
+from prober.core.errors import ConfigError
+from prober.core.urls import check_base_url
+from prober.core.redact import is_credential_header
+from prober.core.tomlfile import read_toml, validation_error
 
 DEFAULT_CONFIG_NAME = "prober.toml"
 LOCAL_PORT = 8080

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
 if TYPE_CHECKING:
-    from prober.config import ProberConfig
+    from prober.core.config import ProberConfig
 
 MASK = "***"
 MIN_SECRET_CHARS = 8

@@ -2,19 +2,19 @@
 
 A rule states the healthy condition (`ttft_p50_ms <= 800`); it breaks when that is false. Pure
 functions over the dicts `store.Store.metrics()` and `store.Store.get_run()` return; the alert
-state (the `for` debouncing) lives in reports/alerts.py.
+state (the `for` debouncing) lives in prober/alerting/alerts.py.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from prober.config import SloRule
+from prober.core.config import SloRule
+from prober.core.records import labels_key
 
 _HOLDS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
@@ -47,11 +47,6 @@ def rule_breaks(rule: SloRule, value: float | None) -> bool:
     if value is None or math.isnan(value):
         return False
     return not _HOLDS[rule.comparator](float(value), rule.threshold)
-
-
-def labels_key(labels: dict[str, Any] | None) -> str:
-    """A stable text form of a label set, for alert identities."""
-    return json.dumps(labels or {}, sort_keys=True, separators=(",", ":"), default=str)
 
 
 @dataclass(frozen=True)
