@@ -39,7 +39,7 @@ def median(values: Sequence[float]) -> float | None:
 INTERVAL_UNBOUNDED = "interval_unbounded"
 
 # What `prober show` and the report say about each flag, and about percentile intervals. The
-# coverages are those measured by simulation (tests/test_percentile_intervals.py).
+# coverages are those measured by simulation (tests/core/test_percentile_intervals.py).
 FLAG_NOTES = {
     INTERVAL_UNBOUNDED: "too few requests to bound the percentile's 95% interval (p50 needs 6, p90 36, "
                         "p99 368): shown, never judged by an SLO or a drift test",

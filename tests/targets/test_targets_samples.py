@@ -18,7 +18,7 @@ from prober.targets.anthropic import AnthropicStreamDecoder
 from prober.targets.conformance import check_exchange
 from prober.targets.openai import OpenAIStreamDecoder
 from prober.targets.sse import SSEParser
-from tests.test_transport_support import (
+from tests.support.scripted_server import (
     DATA,
     LAST_CHUNK,
     WIRE_SAMPLES,

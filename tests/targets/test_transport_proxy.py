@@ -17,7 +17,7 @@ from prober.core.records import ChatRequest
 from prober.targets import make_adapter
 from prober.transport import Origin, Proxy, proxy_for
 from tests.support.proxy import self_signed_certificate, tinyproxy
-from tests.test_transport_support import LAST_CHUNK, ScriptedServer, chunk, sse_head
+from tests.support.scripted_server import LAST_CHUNK, ScriptedServer, chunk, sse_head
 
 pytestmark = pytest.mark.timeout(60)
 USER = [{"role": "user", "content": "hi"}]

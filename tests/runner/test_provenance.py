@@ -154,7 +154,7 @@ def test_a_version_2_database_keeps_its_runs_and_they_reset_the_baseline(tmp_pat
     from store.engine import open_engine
     from store.rows import run_row
     from store.schema import runs
-    from tests.test_store_roundtrip import make_run
+    from tests.store.test_store_roundtrip import make_run
 
     url = f"sqlite:///{tmp_path}/old.db"
     engine = open_engine(url)

@@ -12,7 +12,7 @@ import pytest
 
 from prober.emulator import Scenario
 from tests.support.emulator import ManualClock, RawConnection, cache_on_clock, raw_request, run, running
-from tests.test_emulator_cache import FAST_SETTINGS, fast, words
+from tests.emulator.test_emulator_cache import FAST_SETTINGS, fast, words
 
 pytestmark = pytest.mark.timeout(60)
 

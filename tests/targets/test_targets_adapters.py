@@ -15,7 +15,7 @@ from prober.targets import make_adapter
 from prober.targets.anthropic import AnthropicAdapter
 from prober.targets.conformance import check_exchange
 from prober.targets.openai import OpenAIAdapter
-from tests.test_transport_support import (
+from tests.support.scripted_server import (
     LAST_CHUNK,
     ScriptedServer,
     chunk,

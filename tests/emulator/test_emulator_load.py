@@ -22,7 +22,7 @@ from tests.support.emulator import anthropic_body, openai_body, raw_request, run
 
 pytestmark = pytest.mark.timeout(120)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STREAMS = 512
 FIRST_TOKEN_DELAY_MS = 100
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from prober.targets.sse import SSEParser
-from tests.test_transport_support import WIRE_SAMPLES
+from tests.support.scripted_server import WIRE_SAMPLES
 
 
 def parse(*chunks: bytes) -> list[tuple[str | None, str]]:

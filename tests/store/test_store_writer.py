@@ -11,7 +11,7 @@ import pytest
 
 from store import SampleWriteError, Store
 from tests.support.postgres import postgres_url  # noqa: F401
-from tests.test_store_roundtrip import db, make_run, make_sample, store_url  # noqa: F401
+from tests.store.test_store_roundtrip import db, make_run, make_sample, store_url  # noqa: F401
 
 
 def test_each_sample_is_visible_to_another_connection_within_a_second(db, store_url):

@@ -22,8 +22,8 @@ from prober.session import TargetGate, TargetSession
 from prober.targets import make_adapter
 from prober.targets.conformance import check_exchange
 from probes.latency import LatencyParams, LatencyProbe
-from tests.test_targets_samples import INCLUDE_USAGE, WIRE_SAMPLES, _events, _rebuild, decode
-from tests.test_transport_support import (
+from tests.targets.test_targets_samples import INCLUDE_USAGE, WIRE_SAMPLES, _events, _rebuild, decode
+from tests.support.scripted_server import (
     LAST_CHUNK,
     ScriptedServer,
     chunk,

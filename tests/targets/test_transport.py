@@ -12,7 +12,7 @@ import pytest
 
 from prober.core.config import Timeouts
 from prober.transport import HTTPTransport, TransportError, build_head, split_url
-from tests.test_transport_support import (
+from tests.support.scripted_server import (
     LAST_CHUNK,
     ScriptedServer,
     chunk,

@@ -13,7 +13,7 @@ from prober.alerting.sinks import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from store import Store
 from tests.support.history import add_run
 from tests.support.receiver import Receiver
-from tests.test_store_roundtrip import store_url  # noqa: F401  (SQLite and PostgreSQL)
+from tests.store.test_store_roundtrip import store_url  # noqa: F401  (SQLite and PostgreSQL)
 
 SECRET = "s3cr3t-for-the-alert-tests-7f1c"
 
