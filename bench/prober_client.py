@@ -2,7 +2,7 @@
 
 Each level is what `prober run` does for one level of the latency suite, minus the progress bar:
 the latency probe's `run` with a `TargetSession` (run budget, per-target gate, retries), the
-OpenAI adapter on prober's transport, a `SampleSink` with conformance checking on or off, and a
+OpenAI adapter on prober's transport, a `SampleWriterProcess` with conformance checking on or off, and a
 real SQLite sample writer storing every sample, plus the event-loop lag monitor the runner keeps.
 TTFT is `Exchange.ttft_ms`; the store is checked afterwards to hold one row per request.
 """
@@ -32,7 +32,7 @@ from prober.progress import RunProgress
 from prober.core.records import Exchange, Run, utcnow
 from prober.session import TargetGate, TargetSession
 from prober.runner import quiet_garbage_collector
-from prober.sink import SampleSink
+from prober.sample_writer import SampleWriterProcess
 from prober.targets import make_adapter
 from probes.latency import LatencyParams, LatencyProbe
 from sse_server import MODEL
@@ -68,13 +68,13 @@ class ProberClient:
                   pid=os.getpid(), targets=[target.name],
                   notes={"concurrency": concurrency, "conformance": conformance})
         store.create_run(run)
-        sink = SampleSink(self.db_url, settings.max_output_chars, conformance=conformance)
+        writer = SampleWriterProcess(self.db_url, settings.max_output_chars, conformance=conformance)
         lag = LoopLagMonitor()
         lag.start()
         adapter = make_adapter(target, self.base_url, None)
         session = _RecordingSession(
             run_id=run.id, target=target, adapter=adapter, gate=TargetGate.for_target(target),
-            probe_name=self.probe.name, budget=RunBudget(settings.budget), sink=sink, settings=settings,
+            probe_name=self.probe.name, budget=RunBudget(settings.budget), writer=writer, settings=settings,
             progress=RunProgress(Console(stderr=True), enabled=False), request_counter=itertools.count())
         params = LatencyParams(levels=[concurrency], requests_per_level=count, warmup=0)
 
@@ -84,17 +84,17 @@ class ProberClient:
         wall = (perf_counter_ns() - t0) / 1e9
         cpu_loop = time.process_time() - cpu0
         t1 = perf_counter_ns()
-        sink.flush()
+        writer.flush()
         drain = (perf_counter_ns() - t1) / 1e9
         cpu_total = time.process_time() - cpu0
 
         await lag.stop()
         await adapter.aclose()
-        sink.close()
+        writer.close()
         lag_summary = lag.summary(t0, t0 + int(wall * 1e9))
         store.finish_run(run.id, "complete", utcnow(), loop_lag=lag.summary())
         stored = store.get_run(run.id)["sample_count"]
-        unstored_at_end = sink.count - stored
+        unstored_at_end = writer.count - stored
         findings = collections.Counter(f for row in store.samples(run.id) for f in row["findings"] or [])
 
         exchanges = session.exchanges or []

@@ -22,7 +22,7 @@ from pathlib import Path
 _RULES: list[tuple[str, str, str]] = [
     ("conformance check (pydantic SDK types)", r"prober/targets/conformance\.py|(^|/)(pydantic|openai|anthropic)/", ""),
     ("store writer (rows, SQLAlchemy, sqlite3)", r"(^|/)(store|sqlalchemy|sqlite3)/", ""),
-    ("sample sink hand-off", r"prober/sink\.py", ""),
+    ("sample writer hand-off", r"prober/sample_writer\.py", ""),
     ("SSE parsing", r"prober/targets/sse\.py", ""),
     ("JSON decoding of events", r"prober/targets/adapter\.py", r"parse_json|StreamDecoder\._decode"),
     ("stream decoder (OpenAI chunks -> Exchange)", r"prober/targets/(openai|anthropic)\.py", r"Decoder\."),

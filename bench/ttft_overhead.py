@@ -107,7 +107,7 @@ class Child:
     def __init__(self, ctx, name: str, target, *args) -> None:
         self.name = name
         self.conn, child_end = ctx.Pipe()
-        # Not a daemon: prober's client starts its own sample-sink process, which a daemon may not.
+        # Not a daemon: prober's client starts its own sample-writer process, which a daemon may not.
         # Each child returns when the pipe closes, so a crashed parent leaves nothing behind.
         self.process = ctx.Process(target=target, args=(child_end, *args), name=name, daemon=False)
         self.process.start()

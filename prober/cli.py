@@ -93,9 +93,9 @@ def run(
     """
     cfg = _config(config, db)
     overrides = dict(_parse_param(p) for p in (param or []))
-    from prober.runner import Runner
+    from prober.commands.run import run_and_judge
 
-    result = Runner(cfg, err).run(suite, target or None, overrides)
+    result = run_and_judge(cfg, err, suite, target or None, overrides)
     _print_metrics(result.metrics, title=f"run {result.run_id} ({result.status})")
     for problem in result.problems:
         err.print(f"problem: {_shown(problem)}")
@@ -411,8 +411,9 @@ def drill(
     Example: prober drill --config prober.toml
     """
     from prober.alerting.drill import run_drill
+    from prober.commands.run import run_and_judge
 
-    result = run_drill(_config(config), out, store_url=db, healthy_runs=healthy_runs)
+    result = run_drill(_config(config), out, run_and_judge, store_url=db, healthy_runs=healthy_runs)
     raise typer.Exit(0 if result.ok else 1)
 
 

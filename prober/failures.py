@@ -16,7 +16,7 @@ import traceback
 
 import sqlalchemy as sa
 
-from prober.sink import SinkError
+from prober.sample_writer import SampleStorageError
 from store.writer import SampleWriteError
 
 # What the user chose badly: a path (permissions, read-only, not a directory) or an address.
@@ -28,7 +28,7 @@ _CORRUPT = ("malformed", "file is not a database", "database disk image")
 
 def describe(exc: BaseException) -> tuple[str, int]:
     """(one line, exit code) for an exception no command turned into a ProberError."""
-    if isinstance(exc, (SinkError, SampleWriteError)):
+    if isinstance(exc, (SampleStorageError, SampleWriteError)):
         return f"samples could not be stored: {exc}", 3
     if isinstance(exc, sa.exc.DBAPIError):
         reason = _first_line(str(exc.orig)) or type(exc.orig).__name__

@@ -2,11 +2,12 @@
 
 Each target runs and fails on its own: a target that cannot complete (unreachable, error rate over
 the ceiling, budget exhausted) is recorded as failed with its reason, and every other target is
-still summarized and judged (SLO rules, drift).
+still summarized. The runner returns its results and knows nothing of alerts: the command layer
+(prober/commands/run.py) judges the targets that completed (SLO rules, drift) and delivers.
 
-Exit codes (DESIGN.md): 0 all held; 1 an SLO broke or drift was detected (prober/alerting/alerts.py);
-3 some target could not complete, or the run was interrupted (after the other targets' alerts
-went out). Configuration errors (2) are raised before anything is sent.
+Exit codes (DESIGN.md): 0 the run completed; 3 some target could not complete, or the run was
+interrupted. Configuration errors (2) are raised before anything is sent; 1 (an SLO broke or drift
+was detected) is the command layer's.
 """
 
 from __future__ import annotations
@@ -37,17 +38,14 @@ from prober.provenance import entry_records, target_config_hash
 from prober.core.records import Metric, Run, utcnow
 from prober.core.redact import register_config
 from prober.session import TargetGate, TargetSession
-from prober.sink import SampleSink, SinkError
+from prober.sample_writer import SampleWriterProcess, SampleStorageError
 from prober.store_access import open_store
 from prober.targets import make_adapter
 from prober.transport import unreachable_reason
-from prober.alerting.alerts import Evaluation, evaluate_run, make_sinks
-from prober.alerting.drift import baseline_resets
-from prober.alerting.slo_rules import RuleState, check_rules_known, rule_states, unmatched_warnings
 from store import Store
 from suites.loader import Suite, load_suite
 
-EXIT_OK, EXIT_ALERT, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+EXIT_OK, EXIT_INCOMPLETE = 0, 3
 
 
 @dataclass
@@ -58,17 +56,14 @@ class RunResult:
     metrics: list[Metric] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     samples: int = 0
-    alerts: Evaluation | None = None   # SLO and drift alerts of the targets that completed
     # Per target, in run order: (status, reason); reason says why a target did not complete.
     targets: dict[str, tuple[str, str | None]] = field(default_factory=dict)
-    slo_states: dict[str, list[RuleState]] = field(default_factory=dict)   # per completed target
-    warnings: list[str] = field(default_factory=list)   # rules that matched nothing, baseline resets
 
 
 def prepare(config: ProberConfig, suite_name: str, target_names: list[str] | None,
             overrides: dict[str, Any] | None = None) -> tuple[Suite, list[TargetConfig], dict[str, str | None]]:
-    """Everything that can fail as a usage error, checked before the first request is sent."""
-    check_rules_known(config.slo, config.source)
+    """Everything about the suite and targets that can fail as a usage error, checked before the
+    first request is sent."""
     suite = load_suite(suite_name, config.suite_paths, overrides)
     names = target_names or list(config.targets)
     if not names:
@@ -107,20 +102,20 @@ class Runner:
 
     def run(self, suite_name: str, target_names: list[str] | None = None,
             overrides: dict[str, Any] | None = None) -> RunResult:
+        """Prepare, open the store, execute, close: a run nobody judges (`prober run` judges its
+        runs in prober/commands/run.py)."""
         suite, targets, keys = prepare(self.config, suite_name, target_names, overrides)
-        sinks = make_sinks(self.config)   # an unset URL or secret variable is a usage error, before any request
         store = open_store(self.config.store.url, self.console)
         try:
-            with quiet_garbage_collector():
-                result = asyncio.run(self._main(store, suite, targets, keys))
-            if result.status != "interrupted" and any(s == "complete" for s, _ in result.targets.values()):
-                result.alerts = evaluate_run(store, self.config, result.run_id, sinks)
-                if result.alerts.firing and result.exit_code == EXIT_OK:
-                    result.exit_code = EXIT_ALERT
-                self._report_slos(store, suite, result)
-            return result
+            return self.execute(store, suite, targets, keys)
         finally:
             store.close()
+
+    def execute(self, store: Store, suite: Suite, targets: list[TargetConfig],
+                keys: dict[str, str | None]) -> RunResult:
+        """Run a prepared suite (see `prepare`) into an open store."""
+        with quiet_garbage_collector():
+            return asyncio.run(self._main(store, suite, targets, keys))
 
     async def _main(self, store: Store, suite: Suite, targets: list[TargetConfig],
                     keys: dict[str, str | None]) -> RunResult:
@@ -152,8 +147,8 @@ class Runner:
 
         lag = LoopLagMonitor()
         lag.start()
-        sink = SampleSink(self.config.store.url, self.config.runner.max_output_chars,
-                          conformance=self.config.runner.conformance == "all")
+        writer = SampleWriterProcess(self.config.store.url, self.config.runner.max_output_chars,
+                                     conformance=self.config.runner.conformance == "all")
         budget = RunBudget(self.config.runner.budget)
         counter = itertools.count()
         sessions: list[TargetSession] = []
@@ -162,8 +157,8 @@ class Runner:
         try:
             with RunProgress(self.console, self.config.runner.progress) as progress:
                 for target in targets:
-                    reason = await self._run_target(store, run, suite, target, keys[target.name], budget, sink, progress,
-                                                    counter, sessions)
+                    reason = await self._run_target(store, run, suite, target, keys[target.name], budget, writer,
+                                                    progress, counter, sessions)
                     result.targets[target.name] = ("failed", reason) if reason else ("complete", None)
         except asyncio.CancelledError:
             if not interrupted:
@@ -181,14 +176,14 @@ class Runner:
                 loop.remove_signal_handler(sig)
             await lag.stop()
             try:
-                sink.flush()
-            except SinkError as exc:
+                writer.flush()
+            except SampleStorageError as exc:
                 # The disk is full, the database went away: what was stored stays, the run failed.
                 storage_failed = True
                 result.problems.append(f"samples could not be stored: {exc}")
                 result.status = "failed"
 
-        result.samples = sink.count
+        result.samples = writer.count
         if storage_failed:   # what reached the store, not what was handed to it
             with contextlib.suppress(Exception):
                 result.samples = store.get_run(run.id)["sample_count"]
@@ -211,8 +206,8 @@ class Runner:
             result.status = "failed" if result.problems else "complete"
         if result.problems:
             result.exit_code = EXIT_INCOMPLETE
-        with contextlib.suppress(SinkError):   # a loss was reported by the flush above
-            sink.close()
+        with contextlib.suppress(SampleStorageError):   # a loss was reported by the flush above
+            writer.close()
         lease.stop()
         store.release_reserved_room()   # the room kept for this write, should the disk be full
         try:
@@ -232,8 +227,8 @@ class Runner:
         return result
 
     async def _run_target(self, store: Store, run: Run, suite: Suite, target: TargetConfig, api_key: str | None,
-                          budget: RunBudget, sink: SampleSink, progress: RunProgress, counter: itertools.count,
-                          sessions: list[TargetSession]) -> str | None:
+                          budget: RunBudget, writer: SampleWriterProcess, progress: RunProgress,
+                          counter: itertools.count, sessions: list[TargetSession]) -> str | None:
         """Run every suite entry against one target; the reason it could not complete, or None."""
         emulator = None
         if target.is_emulator:
@@ -253,7 +248,7 @@ class Runner:
         try:
             for entry in suite.entries:
                 session = TargetSession(run_id=run.id, target=target, adapter=adapter, gate=gate,
-                                        probe_name=entry.probe.name, budget=budget, sink=sink,
+                                        probe_name=entry.probe.name, budget=budget, writer=writer,
                                         settings=self.config.runner, progress=progress, request_counter=counter,
                                         entry=entry.id)
                 sessions.append(session)
@@ -313,16 +308,3 @@ class Runner:
                 result.targets[name] = ("failed", f"error rate {share:.0%} ({len(failed)}/{len(rows)} requests) "
                                                   f"is over the ceiling of {ceiling:.0%}; most common error: "
                                                   f"{error_type}{status_text}")
-
-    def _report_slos(self, store: Store, suite: Suite, result: RunResult) -> None:
-        """Each completed target's SLO rule states, and the warnings a user should see: rules that
-        matched nothing, and suite entries whose drift baseline started again."""
-        run = store.get_run(result.run_id)
-        rows = store.metrics(result.run_id)
-        probes = list(dict.fromkeys(entry.probe.name for entry in suite.entries))
-        for name, (status, _) in result.targets.items():
-            if status == "complete":
-                result.slo_states[name] = rule_states(self.config.slo, run, name, probes, rows)
-                result.warnings += unmatched_warnings(result.slo_states[name], result.run_id)
-        if self.config.drift.enabled:
-            result.warnings += baseline_resets(store, run, self.config.drift)

@@ -23,7 +23,7 @@ from prober.core.config import RunnerConfig, TargetConfig
 from prober.progress import RunProgress
 from prober.core.records import ChatRequest, Exchange, Sample
 from prober.retry import retry_delay, should_retry
-from prober.sink import SampleSink
+from prober.sample_writer import SampleWriterProcess
 from prober.targets.base import TargetAdapter
 
 
@@ -66,7 +66,7 @@ class TargetSession:
     gate: TargetGate
     probe_name: str
     budget: RunBudget
-    sink: SampleSink
+    writer: SampleWriterProcess
     settings: RunnerConfig
     progress: RunProgress
     request_counter: itertools.count
@@ -91,7 +91,7 @@ class TargetSession:
             await self._throttle()
 
         def store(exchange: Exchange, *, final: bool) -> None:
-            self.sink.put(Sample(run_id=self.run_id, target=self.target.name, probe=self.probe_name,
+            self.writer.put(Sample(run_id=self.run_id, target=self.target.name, probe=self.probe_name,
                                  case=case, labels=labels, exchange=exchange,
                                  request_index=request_index, final=final, entry=self.entry))
 

@@ -164,7 +164,7 @@ class _Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[None] | None = None
         # While a response is pushed (Response.stream), called for every arrival instead of waking
         # a waiting task: the body is consumed inside data_received, with no task switch per chunk.
-        self.sink: Callable[[], None] | None = None
+        self.on_arrival: Callable[[], None] | None = None
         self.connect_ns: int | None = None     # time the connect (and TLS handshake) took
         self.proxy_connect_ns: int | None = None   # of which: the TCP connect to the proxy
         self.tunnel_ns: int | None = None          # of which: CONNECT until the proxy said 200
@@ -184,8 +184,8 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buf += data
         self.recv_ns = perf_counter_ns()
-        if self.sink is not None:
-            self.sink()
+        if self.on_arrival is not None:
+            self.on_arrival()
             return
         self._wake()
         if len(self.buf) > _HIGH_WATER and not self._reading_paused and self.transport is not None:
@@ -221,8 +221,8 @@ class _Connection(asyncio.Protocol):
             and not self.transport.is_closing()
 
     def _wake(self) -> None:
-        if self.sink is not None:
-            self.sink()
+        if self.on_arrival is not None:
+            self.on_arrival()
             return
         waiter = self.waiter
         if waiter is not None:
@@ -568,13 +568,13 @@ class Response:
         conn = self._conn
         self._on_data = on_data
         self._pushed = conn.loop.create_future()
-        conn.sink = self._push
+        conn.on_arrival = self._push
         try:
             self._push()
             await self._pushed
         finally:
-            if conn.sink == self._push:      # by now the connection may serve another request
-                conn.sink = None
+            if conn.on_arrival == self._push:   # by now the connection may serve another request
+                conn.on_arrival = None
             self._on_data = None
             self._pushed = None
 
@@ -609,7 +609,7 @@ class Response:
         except Exception as exc:      # a framing error, or on_data's own: the awaiting task gets it
             pushed.set_exception(exc)
         if pushed.done():
-            conn.sink = None
+            conn.on_arrival = None
 
     async def read(self, limit: int | None = None) -> bytes:
         """The whole body (or its first `limit` bytes, after which the connection is dropped)."""

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
 
 from prober.core.config import EmulatorTarget, ProberConfig, SloRule, TargetConfig
 from prober.core.controlchars import escape_controls
-from prober.alerting.alerts import Delivery, event_payload, make_sinks
+from prober.alerting.alerts import Delivery, Evaluation, event_payload, make_sinks
 from prober.alerting.sinks import webhook_body
 
 DRILL_TARGET = "drill"
@@ -30,6 +31,21 @@ DRILL_RULE = SloRule(name="drill_ttft_p50", metric="ttft_p50_ms", suite="latency
                      description="prober drill: TTFT p50 at concurrency 1 must stay <= 300 ms")
 # Small enough for seconds per run, large enough for the rank test to see a 25x slower first token.
 DRILL_PARAMS = {"levels": [1, 2], "requests_per_level": 6, "warmup": 1, "max_tokens": 16}
+
+
+class JudgedRun(Protocol):
+    """What the drill reads of one judged run (prober.commands.run.JudgedRun)."""
+
+    run_id: str
+    status: str
+    exit_code: int
+    problems: list[str]
+    alerts: Evaluation | None
+
+
+# Runs a suite and judges it, as `prober run` does: (config, console, suite, targets, overrides).
+# Passed in by the command layer, so that alerting never imports the runner.
+RunAndJudge = Callable[[ProberConfig, Console, str, list[str], dict[str, Any]], JudgedRun]
 
 
 @dataclass
@@ -64,16 +80,13 @@ def drill_config(config: ProberConfig, scenario: Path, store_url: str, healthy_r
     return drilled
 
 
-def run_drill(config: ProberConfig, console: Console, store_url: str | None = None,
+def run_drill(config: ProberConfig, console: Console, run_and_judge: RunAndJudge, store_url: str | None = None,
               healthy_runs: int = 3) -> DrillResult:
-    from prober.runner import Runner
-
     result = DrillResult(sinks=[sink.name for sink in config.sinks], temporary_store=store_url is None)
     make_sinks(config)   # an unset URL or secret variable fails now, not after the runs
     with tempfile.TemporaryDirectory(prefix="prober-drill-") as tmp:
         scenario = Path(tmp) / "scenario.toml"
         drilled = drill_config(config, scenario, store_url or f"sqlite:///{Path(tmp) / 'drill.db'}", healthy_runs)
-        runner = Runner(drilled, console)
         for round_ in range(healthy_runs + 1):
             regressed = round_ == healthy_runs
             delay = REGRESSED_FIRST_TOKEN_MS if regressed else HEALTHY_FIRST_TOKEN_MS
@@ -81,7 +94,7 @@ def run_drill(config: ProberConfig, console: Console, store_url: str | None = No
             console.print(f"drill run {round_ + 1}/{healthy_runs + 1}: "
                           f"{'REGRESSED' if regressed else 'healthy'} emulator, first token after {delay} ms",
                           markup=False)
-            outcome = runner.run("latency", [DRILL_TARGET], DRILL_PARAMS)
+            outcome = run_and_judge(drilled, console, "latency", [DRILL_TARGET], DRILL_PARAMS)
             result.exit_codes.append(outcome.exit_code)
             evaluation = outcome.alerts
             if evaluation is None:

@@ -4,8 +4,8 @@ The secrets are the values the configuration points at (API keys, environment-so
 webhook secrets and URLs, the database password), read from the environment of the process that
 loaded the configuration and registered here. The store builds every row through this module
 (store/rows.py) and the CLI prints through it, so a 401 body that echoes the key is masked before
-anything is written, in whichever process writes it: the sample sink's child process is handed
-the same secrets when it starts (prober/sink.py).
+anything is written, in whichever process writes it: the sample writer's child process is handed
+the same secrets when it starts (prober/sample_writer.py).
 
 Only values of at least `MIN_SECRET_CHARS` characters are replaced in free text. A shorter value is
 likely to occur by chance: a database password "test" would turn every "test" in stored model
@@ -118,7 +118,7 @@ class Redactor:
 
 
 # The process's redactor: every command registers its configuration's secrets before it opens
-# the store, and the sample sink's child registers the parent's.
+# the store, and the sample writer's child registers the parent's.
 _active = Redactor()
 
 

@@ -190,7 +190,7 @@ def test_a_signal_to_the_whole_process_group_ends_the_run_interrupted_with_every
         os.killpg(process.pid, sig)
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 3, stderr
-    assert "Traceback" not in stderr and "SinkError" not in stderr
+    assert "Traceback" not in stderr and "SampleStorageError" not in stderr
     with Store.open(db_url) as store:
         run = store.get_run(run_id)
         stored = len(store.samples(run_id))

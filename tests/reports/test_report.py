@@ -1,6 +1,6 @@
-"""`prober report`: a store with real runs of several suites (through the Runner against the
-in-process emulator) plus hand-written history and hostile text, rendered as HTML, Markdown and
-JSON; the HTML checked for inertness as text and in headless Chromium."""
+"""`prober report`: a store with real runs of several suites (run and judged as `prober run` does,
+against the in-process emulator) plus hand-written history and hostile text, rendered as HTML,
+Markdown and JSON; the HTML checked for inertness as text and in headless Chromium."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from markupsafe import escape
 
 from prober.core.config import ProberConfig
 from prober.core.errors import ConfigError
 from prober.core.records import Exchange, Metric, Run, Sample
-from prober.runner import Runner
+from prober.commands.run import run_and_judge
 from prober.alerting.alerts import evaluate_run
 from prober.alerting.verdicts import ReportVerdicts
 from reports.collect import collect, parse_since
@@ -102,18 +103,22 @@ def _write_hostile_history(store: Store) -> None:
 def report_store(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
     config = _config(tmp)
-    runner = Runner(config)
+    console = Console(stderr=True)
+
+    def run(suite, targets, params):   # judged as `prober run` judges, alerts and all
+        return run_and_judge(config, console, suite, targets, params)
+
     results = [
-        runner.run("divergence", ["emulator"], {"levels": [1, 8], "requests_per_level": 8, "max_tokens": 24,
-                                                "prompts": ["story", "review_json"]}),
-        runner.run("latency", ["emulator"], {"levels": [1, 2, 4], "requests_per_level": 6, "warmup": 1,
-                                             "max_tokens": 16}),
-        runner.run("caching", ["emulator"], {"cases": ["repeat", "volatile"], "requests": 3, "max_tokens": 8}),
-        runner.run("caching", ["emulator"], {"cases": ["repeat"], "requests": 3, "max_tokens": 8}),
-        runner.run("penalty", ["emulator-openai"], {"modes": ["unconstrained"], "n_records": [3, 12],
-                                                    "temperatures": [0.0], "repeats": 3, "baseline_repeats": 2,
-                                                    "penalties": {"frequency_penalty": [0.5, 1.5]}, "concurrency": 4}),
-        runner.run("schema_order", ["emulator-openai"], {"limit": 16, "concurrency": 8}),
+        run("divergence", ["emulator"], {"levels": [1, 8], "requests_per_level": 8, "max_tokens": 24,
+                                         "prompts": ["story", "review_json"]}),
+        run("latency", ["emulator"], {"levels": [1, 2, 4], "requests_per_level": 6, "warmup": 1,
+                                      "max_tokens": 16}),
+        run("caching", ["emulator"], {"cases": ["repeat", "volatile"], "requests": 3, "max_tokens": 8}),
+        run("caching", ["emulator"], {"cases": ["repeat"], "requests": 3, "max_tokens": 8}),
+        run("penalty", ["emulator-openai"], {"modes": ["unconstrained"], "n_records": [3, 12],
+                                             "temperatures": [0.0], "repeats": 3, "baseline_repeats": 2,
+                                             "penalties": {"frequency_penalty": [0.5, 1.5]}, "concurrency": 4}),
+        run("schema_order", ["emulator-openai"], {"limit": 16, "concurrency": 8}),
     ]
     assert all(r.status == "complete" for r in results), [r.problems for r in results]
     store = Store.open(config.store.url)

@@ -196,7 +196,7 @@ def test_every_resend_is_a_stored_attempt_charged_to_budget_and_rate_limit():
                                              "choices": [{"index": 0, "finish_reason": "stop",
                                                           "message": {"role": "assistant", "content": "ok"}}]}))
 
-    class Sink:
+    class SampleRecorder:
         def __init__(self):
             self.samples = []
 
@@ -208,18 +208,18 @@ def test_every_resend_is_a_stored_attempt_charged_to_budget_and_rate_limit():
             target = TargetConfig(protocol="openai", base_url=server.url, model="m", name="t")
             # One request per 0.25 s: three attempts on the wire cannot take less than 0.5 s.
             throttler = Throttler(rate_limit=1, period=0.25)
-            sink = Sink()
+            writer = SampleRecorder()
             budget = RunBudget(Budget())
             session = TargetSession(run_id="r", target=target, adapter=make_adapter(target, server.url, None),
                                     gate=TargetGate(asyncio.Semaphore(1), throttler), probe_name="p",
-                                    budget=budget, sink=sink, settings=RunnerConfig(), progress=RunProgress(Console(), enabled=False),
+                                    budget=budget, writer=writer, settings=RunnerConfig(), progress=RunProgress(Console(), enabled=False),
                                     request_counter=itertools.count())
             t0 = time.monotonic()
             final = await session.send(ChatRequest(messages=USER, stream=False, sampling={"temperature": 0}),
                                        case="c", labels={})
             elapsed = time.monotonic() - t0
             await session.adapter.aclose()
-            return final, sink.samples, budget, elapsed, server
+            return final, writer.samples, budget, elapsed, server
 
     final, samples, budget, elapsed, server = asyncio.run(main())
     assert final.ok and final.text == "ok"
@@ -242,10 +242,10 @@ def test_a_spent_budget_stops_the_resend_and_keeps_the_refusal_as_final():
         async with ScriptedServer(handler) as server:
             target = TargetConfig(protocol="openai", base_url=server.url, model="m", name="t")
             samples = []
-            sink = type("Sink", (), {"put": lambda self, s: samples.append(s)})()
+            writer = type("SampleRecorder", (), {"put": lambda self, s: samples.append(s)})()
             session = TargetSession(run_id="r", target=target, adapter=make_adapter(target, server.url, None),
                                     gate=TargetGate(asyncio.Semaphore(1), None), probe_name="p",
-                                    budget=RunBudget(Budget(max_requests=1)), sink=sink, settings=RunnerConfig(),
+                                    budget=RunBudget(Budget(max_requests=1)), writer=writer, settings=RunnerConfig(),
                                     progress=RunProgress(Console(), enabled=False), request_counter=itertools.count())
             with pytest.raises(BudgetExhausted):
                 await session.send(ChatRequest(messages=USER, sampling={"temperature": 0}), case="c", labels={})

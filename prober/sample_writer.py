@@ -26,11 +26,11 @@ _CONTEXT = multiprocessing.get_context("spawn")   # never fork a process that ru
 _POLL_SECONDS = 0.5
 
 
-class SinkError(Exception):
+class SampleStorageError(Exception):
     """Samples could not be stored; the message says how many and why."""
 
 
-class SampleSink:
+class SampleWriterProcess:
     def __init__(self, store_url: str, max_output_chars: int | None = 65536, conformance: bool = True,
                  start_timeout: float = 120.0) -> None:
         self._inbox = _CONTEXT.Queue()
@@ -38,7 +38,7 @@ class SampleSink:
         self._tokens = itertools.count()
         self.count = 0
         self._process = _CONTEXT.Process(
-            target=_sink_main, name="prober-sample-sink", daemon=True,
+            target=_writer_main, name="prober-sample-writer", daemon=True,
             args=(store_url, max_output_chars, conformance, self._inbox, self._replies, os.getpid(),
                   active_secrets()))
         self._process.start()
@@ -49,7 +49,7 @@ class SampleSink:
         self._inbox.put(sample)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Block until every sample put so far is committed; raise SinkError if any was lost."""
+        """Block until every sample put so far is committed; raise SampleStorageError if any was lost."""
         token = next(self._tokens)
         self._inbox.put(("flush", token))
         self._await_reply(token, timeout)
@@ -72,23 +72,23 @@ class SampleSink:
                 got, error = self._replies.get(timeout=_POLL_SECONDS)
             except queue.Empty:
                 if not self._process.is_alive():
-                    raise SinkError(f"the sample-sink process died (exit code {self._process.exitcode})")
+                    raise SampleStorageError(f"the sample-writer process died (exit code {self._process.exitcode})")
                 if timeout is not None:
                     timeout -= _POLL_SECONDS
                     if timeout <= 0:
-                        raise SinkError("the sample-sink process did not answer in time") from None
+                        raise SampleStorageError("the sample-writer process did not answer in time") from None
                 continue
             if error is not None:
-                raise SinkError(error)
+                raise SampleStorageError(error)
             if got == token:
                 return
 
 
-def _sink_main(store_url: str, max_output_chars: int | None, conformance: bool,
-               inbox: multiprocessing.Queue, replies: multiprocessing.Queue, parent_pid: int,
-               secrets: tuple[str, ...]) -> None:
+def _writer_main(store_url: str, max_output_chars: int | None, conformance: bool,
+                 inbox: multiprocessing.Queue, replies: multiprocessing.Queue, parent_pid: int,
+                 secrets: tuple[str, ...]) -> None:
     # Ctrl-C, `timeout` and systemd signal the whole process group; the parent decides when the
-    # run stops, and then closes the sink, which still has samples to write. Should the parent
+    # run stops, and then closes the writer, which still has samples to write. Should the parent
     # die instead, the loop below notices and stops after storing what arrived.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

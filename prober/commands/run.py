@@ -1,0 +1,69 @@
+"""`prober run`: run -> summarize (the runner) -> evaluate -> deliver (prober.alerting).
+
+The runner stores and summarizes and returns; the targets that completed are then judged against
+the SLO rules and their drift baselines, the alerts go through the outbox to the sinks, and the
+exit code says what a cron job needs: 0 all held, 1 an SLO broke or drift was detected, 3 the run
+could not complete (after the other targets' alerts went out). Usage errors (2) are raised before
+the first request is sent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+
+from prober.alerting.alerts import Evaluation, evaluate_run, make_sinks
+from prober.alerting.drift import baseline_resets
+from prober.alerting.slo_rules import RuleState, check_rules_known, rule_states, unmatched_warnings
+from prober.core.config import ProberConfig
+from prober.runner import EXIT_OK, Runner, RunResult, prepare
+from prober.store_access import open_store
+from store import Store
+from suites.loader import Suite
+
+EXIT_ALERT = 1
+
+
+@dataclass
+class JudgedRun(RunResult):
+    """A run and its verdicts."""
+
+    alerts: Evaluation | None = None   # SLO and drift alerts of the targets that completed
+    slo_states: dict[str, list[RuleState]] = field(default_factory=dict)   # per completed target
+    warnings: list[str] = field(default_factory=list)   # rules that matched nothing, baseline resets
+
+
+def run_and_judge(config: ProberConfig, console: Console, suite_name: str, target_names: list[str] | None = None,
+                  overrides: dict[str, Any] | None = None) -> JudgedRun:
+    check_rules_known(config.slo, config.source)
+    suite, targets, keys = prepare(config, suite_name, target_names, overrides)
+    sinks = make_sinks(config)   # an unset URL or secret variable is a usage error, before any request
+    store = open_store(config.store.url, console)
+    try:
+        ran = Runner(config, console).execute(store, suite, targets, keys)
+        result = JudgedRun(**{f.name: getattr(ran, f.name) for f in dataclasses.fields(RunResult)})
+        if result.status != "interrupted" and any(s == "complete" for s, _ in result.targets.values()):
+            result.alerts = evaluate_run(store, config, result.run_id, sinks)
+            if result.alerts.firing and result.exit_code == EXIT_OK:
+                result.exit_code = EXIT_ALERT
+            _judge_slos(config, store, suite, result)
+        return result
+    finally:
+        store.close()
+
+
+def _judge_slos(config: ProberConfig, store: Store, suite: Suite, result: JudgedRun) -> None:
+    """Each completed target's SLO rule states, and the warnings a user should see: rules that
+    matched nothing, and suite entries whose drift baseline started again."""
+    run = store.get_run(result.run_id)
+    rows = store.metrics(result.run_id)
+    probes = list(dict.fromkeys(entry.probe.name for entry in suite.entries))
+    for name, (status, _) in result.targets.items():
+        if status == "complete":
+            result.slo_states[name] = rule_states(config.slo, run, name, probes, rows)
+            result.warnings += unmatched_warnings(result.slo_states[name], result.run_id)
+    if config.drift.enabled:
+        result.warnings += baseline_resets(store, run, config.drift)
