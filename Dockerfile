@@ -13,7 +13,7 @@ COPY probes ./probes
 COPY suites ./suites
 COPY store ./store
 COPY reports ./reports
-RUN pip install . && useradd --create-home --uid 10001 prober && mkdir -p /data && chown prober /data
+RUN pip install ".[postgres,parquet]" && useradd --create-home --uid 10001 prober && mkdir -p /data && chown prober /data
 
 USER prober
 WORKDIR /data

@@ -8,15 +8,29 @@ PY := $(VENV)/bin/python
 PROBER := $(VENV)/bin/prober
 export PROBER_CACHE_DIR ?= $(HOME)/.cache/prober
 
-.PHONY: install system-deps local-endpoint demo test bench clean
+.PHONY: install lock system-deps local-endpoint demo test bench clean
+
+# The versions CI tests with: requirements/ci.lock pins prober[test] for Python 3.11 on linux x86-64
+# (with hashes), so a run resolves nothing fresh; the project itself goes in on top, without deps.
+# `pip check` fails the install when pyproject.toml asks for something the lock lacks (run `make lock`).
+LOCK := requirements/ci.lock
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m pip check
 	touch $@
+
+# Re-resolve the lock to the newest versions pyproject.toml allows (uv runs from the venv, not CI's deps).
+lock:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet uv
+	$(VENV)/bin/uv pip compile pyproject.toml --extra test --python-version 3.11 \
+	    --python-platform x86_64-unknown-linux-gnu --generate-hashes --upgrade --quiet -o $(LOCK)
 
 system-deps:
 	bash scripts/install-system-deps.sh

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from typer._click.exceptions import ClickException  # typer vendors click; its usage errors
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
@@ -20,11 +19,28 @@ from prober.core.errors import ConfigError, ProberError
 from prober.store_access import open_store, require_known_target
 from prober.core.redact import RedactingStream, redact_text, register_config
 
+# Subcommands inherit the context settings: `-h` is `--help` everywhere.
+_HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
-                  help="Black-box conformance and drift prober for LLM APIs.")
+                  context_settings=_HELP_OPTIONS, help="Black-box conformance and drift prober for LLM APIs.")
 local_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                         help="Manage the local llama-server endpoint (SmolLM2-135M-Instruct).")
 app.add_typer(local_app, name="local")
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from prober import __version__
+
+        out.print(f"prober {__version__}")
+        raise typer.Exit(0)
+
+
+# typer takes options of the program itself (before any command) only through a callback.
+@app.callback()
+def _options(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                   help="print the version and exit")] = False) -> None:
+    pass
 
 # Cron and CI capture stdout: without a terminal rich would assume 80 columns and squeeze the
 # value columns of a metrics table away, so give captured output room unless COLUMNS says otherwise.
@@ -499,19 +515,12 @@ def local_status(port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 
 def main() -> None:
     """Entry point: user-facing errors become one line and an exit code, never a traceback."""
     try:
-        code = app(standalone_mode=False)
-        sys.exit(code if isinstance(code, int) else 0)
+        # Standalone mode: typer shows its own usage errors (exit 2) and turns typer.Exit into the
+        # exit code; everything else reaches the handlers below.
+        app()
     except ProberError as exc:
         err.print(f"error: {_shown(exc)}", soft_wrap=True)   # one line, however long
         sys.exit(exc.exit_code)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
-        err.print("aborted")
-        sys.exit(3)
-    except ClickException as exc:  # usage errors arrive here with standalone_mode=False
-        exc.show()
-        sys.exit(2)
     except Exception as exc:   # the store, the file system, or a bug: still one line (prober.failures)
         from prober.failures import describe
 

@@ -1,5 +1,7 @@
 """`prober export --format csv|parquet`: samples and metrics as tables for pandas, spreadsheets and
 warehouses. One file each: samples.<ext> and metrics.<ext>, with the run's suite on every row.
+Written without pandas, which the core install leaves out: CSV by the csv module, Parquet by
+pyarrow (the parquet extra).
 
 JSON columns (labels, usage, request bodies, ...) are written as JSON text: their keys differ from
 row to row, and text reads back the same from CSV and Parquet alike (`json.loads` it).
@@ -14,15 +16,15 @@ text exactly as stored.
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import json
+import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from prober.core.extras import require_extra
 from store import Store
-
-if TYPE_CHECKING:
-    import pandas
 
 TABLE_FORMATS = ("csv", "parquet")
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -35,35 +37,51 @@ def spreadsheet_safe(value: Any) -> Any:
     return value
 
 
-def _frame(rows: list[dict[str, Any]]) -> "pandas.DataFrame":
-    import pandas as pd
+def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """The rows as columns (every key of every row, first seen first), JSON columns as JSON text."""
+    names = dict.fromkeys(key for row in rows for key in row)
+    columns = {name: [row.get(name) for row in rows] for name in names}
+    for name, values in columns.items():
+        if any(isinstance(value, (dict, list)) for value in values):
+            columns[name] = [None if value is None else json.dumps(value, sort_keys=True) for value in values]
+    return columns
 
-    frame = pd.DataFrame(rows)
-    for column in frame.columns:
-        if any(isinstance(value, (dict, list)) for value in frame[column]):
-            frame[column] = [None if value is None else json.dumps(value, sort_keys=True) for value in frame[column]]
-    return frame
+
+def _csv_cell(value: Any) -> Any:
+    # An empty cell for both None and NaN, as pandas writes and reads them.
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return spreadsheet_safe(value)
 
 
-def _spreadsheet_safe(frame: "pandas.DataFrame") -> "pandas.DataFrame":
-    safe = frame.copy()
-    for column in safe.select_dtypes(include=["object", "string"]).columns:
-        safe[column] = safe[column].map(spreadsheet_safe)
-    return safe
+def _write_csv(columns: dict[str, list[Any]], path: Path) -> None:
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(columns)
+        writer.writerows(zip(*([_csv_cell(value) for value in values] for values in columns.values())))
+
+
+def _write_parquet(columns: dict[str, list[Any]], path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table(columns), path)
 
 
 def export_tables(store: Store, fmt: str, out_dir: Path, *, since: dt.datetime | None = None,
                   run_id: str | None = None, target: str | None = None) -> list[Path]:
     """Write samples.<fmt> and metrics.<fmt> into out_dir; the paths written."""
+    if fmt == "parquet":
+        require_extra("pyarrow", "parquet", "Parquet export needs")
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, rows in (("samples", store.sample_history(since=since, run_id=run_id, target=target)),
                        ("metrics", store.metric_history(since=since, run_id=run_id, target=target))):
-        frame = _frame(rows)
+        columns = _columns(rows)
         path = out_dir / f"{name}.{fmt}"
         if fmt == "csv":
-            _spreadsheet_safe(frame).to_csv(path, index=False)
+            _write_csv(columns, path)
         else:
-            frame.to_parquet(path, index=False)
+            _write_parquet(columns, path)
         written.append(path.resolve())
     return written

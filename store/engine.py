@@ -20,6 +20,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
 from prober.core.errors import ConfigError
+from prober.core.extras import require_extra
 from store.coltypes import dumps_json
 
 T = TypeVar("T")
@@ -65,6 +66,8 @@ def open_engine(url: str, *, sqlite_busy_timeout: float = 30.0) -> sa.Engine:
         raise ConfigError(f"store url {redacted(parsed)!r}: an in-memory SQLite database cannot be shared "
                           f"with the writer thread; give a file, e.g. sqlite:///prober.db")
 
+    if backend == "postgresql":
+        require_extra("psycopg", "postgres", "PostgreSQL stores need")
     try:
         if backend == "sqlite":
             engine = sa.create_engine(parsed, json_serializer=dumps_json,

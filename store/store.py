@@ -310,7 +310,8 @@ class Store:
     def samples_frame(self, run_id: str, probe: str | None = None, target: str | None = None,
                       expand: Iterable[str] = ("labels",)) -> "pandas.DataFrame":
         """The samples as a DataFrame. Each JSON object column named in `expand` also becomes one
-        column per key, named `column.key` (e.g. `labels.concurrency`, `usage.output_tokens`)."""
+        column per key, named `column.key` (e.g. `labels.concurrency`, `usage.output_tokens`).
+        For notebooks: pandas is not one of prober's dependencies, install it beside prober."""
         import pandas as pd
 
         rows = self.samples(run_id, probe=probe, target=target)
