@@ -14,7 +14,7 @@ from typing import Any
 
 from prober.config import SloRule
 from prober.errors import ConfigError
-from probes.base import RUNNER_METRIC_NAMES, all_metric_names, get_probe
+from prober.probe_registry import RUNNER_METRIC_NAMES, all_metric_names, probe_class
 from reports.slo import SloCheck, check_run, rule_matches
 
 HELD, BROKEN, NO_DATA = "held", "broken", "no data"
@@ -55,10 +55,7 @@ class RuleState:
 def _producible(probes: Iterable[str]) -> set[str] | None:
     names = set(RUNNER_METRIC_NAMES)
     for probe in probes:
-        try:
-            declared = get_probe(probe).metric_names
-        except KeyError:
-            declared = None
+        declared = getattr(probe_class(probe), "metric_names", None)   # None too for a probe not installed
         if declared is None:
             return None
         names |= declared
