@@ -202,3 +202,23 @@ def test_two_distributions_claiming_one_probe_name_is_one_line_naming_both(tmp_p
     assert "probe 'latency' is registered twice" in run.stderr
     assert "latency-impostor 1.0 (latency_impostor:Plugin)" in run.stderr
     assert "prober 0.1.0 (probes.latency:LatencyProbe)" in run.stderr
+
+
+def test_the_example_probe_judges_tool_calls_by_its_schema(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    from toolcall_probe.probe import argument_problems, call_problems
+
+    assert argument_problems({"city": "Lisbon", "unit": "celsius", "days": 3}) == []
+    assert argument_problems({"city": "Lisbon", "unit": "kelvin", "days": True, "wind": 1}) == [
+        "undeclared 'wind'", "'unit' is not one of ['celsius', 'fahrenheit']", "'days' is not of type integer"]
+    assert argument_problems({"unit": "celsius"}) == ["missing 'city'"]
+    assert argument_problems(["Lisbon"]) == ["arguments are not a JSON object"]
+    call = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "x", "unit": "celsius"}}
+    assert call_problems({"tool_calls": [call]}) == ([], [])
+    assert call_problems({"tool_calls": []}) == (["no tool call"], [])
+    assert call_problems({"tool_calls": [{**call, "name": "lookup_0"}]}) == (
+        ["called 'lookup_0' instead of 'get_weather'"], [])
+    assert call_problems({"tool_calls": [call, call]}) == (["2 calls (get_weather, get_weather)"], [])
+    assert call_problems({"tool_calls": [{**call, "id": None}]}) == (["the call has no id"], [])
+    assert call_problems({"tool_calls": [{**call, "input": '{"ci', "parse_error": True}]}) == (
+        [], ["arguments are not JSON"])

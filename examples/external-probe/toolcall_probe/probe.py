@@ -75,7 +75,7 @@ def argument_problems(arguments: Any, schema: dict[str, Any] = TOOL_SCHEMA) -> l
         expected = _JSON_TYPES.get(declared.get("type", ""), ())
         # JSON has no separate boolean number: true is not an integer here.
         if expected and (not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected)):
-            problems.append(f"{name!r} is not a {declared['type']}")
+            problems.append(f"{name!r} is not of type {declared['type']}")
         elif "enum" in declared and value not in declared["enum"]:
             problems.append(f"{name!r} is not one of {declared['enum']}")
     return problems
