@@ -78,7 +78,10 @@ def find_probe(name: str) -> Probe | None:
 def get_probe(name: str) -> Probe:
     probe = find_probe(name)
     if probe is None:
-        raise KeyError(f"unknown probe {name!r} (available: {', '.join(probe_names())})")
+        # No probe at all: prober runs from a tree whose metadata lacks the group (not installed,
+        # or installed before the entry points were added).
+        available = ", ".join(probe_names()) or f"none: no {GROUP} entry points, reinstall prober (pip install -e .)"
+        raise KeyError(f"unknown probe {name!r} (available: {available})")
     return probe
 
 
