@@ -46,11 +46,7 @@ class NaturalText:
         self.seed = scenario.seed
 
     def apply(self, request: GenRequest, plan: ResponsePlan, state: ServerState) -> None:
-        natural = pseudo_text(request.prompt_text, self.length, self.seed)
-        if request.max_tokens is not None and request.max_tokens < len(natural):
-            plan.tokens, plan.finish = list(natural[:request.max_tokens]), "length"
-        else:
-            plan.tokens, plan.finish = list(natural), "stop"
+        plan.answer(pseudo_text(request.prompt_text, self.length, self.seed), request.max_tokens)
 
 
 class UsageReport:

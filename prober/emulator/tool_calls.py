@@ -56,10 +56,6 @@ class ForcedToolCall:
             return
         arguments = example_value(schema if isinstance(schema, dict) else {"type": "object"},
                                   pseudo_text(request.prompt_text, 3, self.seed))
-        tokens = tokenize(json.dumps(arguments, ensure_ascii=False))
-        if request.max_tokens is not None and request.max_tokens < len(tokens):
-            plan.tokens, plan.finish = tokens[:request.max_tokens], "length"
-        else:
-            plan.tokens, plan.finish = tokens, "stop"
+        plan.answer(tokenize(json.dumps(arguments, ensure_ascii=False)), request.max_tokens)
         plan.tool_name = tool_name
         plan.truth["tool_call"] = {"tool": tool_name, "arguments": arguments}
