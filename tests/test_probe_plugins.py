@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from prober import probe_registry as registry
 from prober.probe_registry import GROUP, probe_class, probe_names
 from store import Store
 from tests.support.cli import prober
+from tests.support.history import share
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "external-probe"
@@ -113,13 +115,20 @@ def _config(tmp_path: Path, protocol: str = "openai") -> Path:
     return config
 
 
-@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
-def test_the_external_probe_example_installs_runs_and_renders_from_its_declarations(tmp_path, protocol):
-    site = tmp_path / "site"
+@pytest.fixture(scope="module")
+def example_site(tmp_path_factory) -> Path:
+    """examples/external-probe installed with pip into a directory of its own."""
+    site = tmp_path_factory.mktemp("example") / "site"
     _pip_install(EXAMPLE, site)
     assert (site / "toolcall_probe" / "probe.py").is_file()
+    return site
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_the_external_probe_example_installs_runs_and_renders_from_its_declarations(tmp_path, protocol,
+                                                                                     example_site):
     config = _config(tmp_path, protocol)
-    env = {"PYTHONPATH": str(site)}
+    env = {"PYTHONPATH": str(example_site)}
 
     run = prober("run", "--suite", "tool_calls", "--target", "emulator", "--config", str(config),
                  cwd=tmp_path, env=env)
@@ -222,3 +231,31 @@ def test_the_example_probe_judges_tool_calls_by_its_schema(monkeypatch):
     assert call_problems({"tool_calls": [{**call, "id": None}]}) == (["the call has no id"], [])
     assert call_problems({"tool_calls": [{**call, "input": '{"ci', "parse_error": True}]}) == (
         [], ["arguments are not JSON"])
+
+
+@pytest.fixture
+def example_installed(example_site, monkeypatch):
+    """The example importable in this process, the registry reading the entry points afresh."""
+    caches = (registry._entries, registry.probe_class, registry.metric_family)
+    monkeypatch.syspath_prepend(str(example_site))
+    for cache in caches:
+        cache.cache_clear()
+    yield
+    monkeypatch.undo()
+    for cache in caches:
+        cache.cache_clear()
+
+
+def test_drift_judges_a_plugin_probe_by_its_declared_families(example_installed):
+    from reports.drift import bad_direction, run_values
+
+    assert "tool_call" in probe_names()
+    rows = [{"probe": "tool_call", "labels": {"tools": tools}, **share(name, hits, 12)}
+            for tools in (1, 4) for name, hits in (("tool_call_rate", 12), ("arguments_valid_rate", 9),
+                                                   ("error_rate", 0))]
+    values = run_values(rows)
+    # The numbers of tools are pooled (pooled_labels), into one family per quantity and run.
+    assert sorted(values) == [("proportion", "tool_call", name, "{}")
+                              for name in ("arguments_valid_rate", "error_rate", "tool_call_rate")]
+    assert values[("proportion", "tool_call", "arguments_valid_rate", "{}")][0].n == 24
+    assert bad_direction("tool_call", "arguments_valid_rate") == -1 and bad_direction("tool_call", "error_rate") == 1
