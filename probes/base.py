@@ -4,7 +4,10 @@ A probe builds requests and decides what its samples mean. It never opens a sock
 through the `ProbeContext` the runner gives it, which applies the target's rate limit, retries,
 the run budget and progress, and stores every attempt. After the run, `summarize` turns the stored
 sample rows (dicts as returned by `store.Store.samples`) into Metric rows; because it reads stored
-rows, a past run can be re-summarized.
+rows, a past run can be re-summarized. The class also declares how its results are shown and
+judged (`charts`, `examples`, `metric_families`, prober/core/declarations.py), and is found by name
+through the `prober.probes` entry-point group (prober/core/probe_registry.py; pyproject.toml lists the
+built-ins), so a probe family is one module, its suite file and its tests.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from pydantic import BaseModel, ConfigDict
 
 from prober.core import stats
 from prober.core.config import TargetConfig
+from prober.core.declarations import Chart, MetricFamily, NotableSample
+from prober.core.probe_registry import probe_class
 from prober.core.records import ChatRequest, Exchange, Metric
 
 
@@ -51,6 +56,11 @@ class ProbeContext(Protocol):
         progress is shown under `title`."""
 
 
+# The share of requests that failed, as every probe that counts them declares it: a rise is a
+# regression, and an error is an error wherever it happens, so every cell of a run is pooled.
+ERROR_RATE = MetricFamily("error_rate", "share", bad_direction=1, pool_every_label=True)
+
+
 class Probe(abc.ABC):
     name: ClassVar[str]
     # Bump when a change makes tonight's metrics incomparable with last night's for the same
@@ -65,6 +75,13 @@ class Probe(abc.ABC):
     # whose lists differ are still comparable at the items both have, since their metrics are
     # matched by that label; so these parameters do not decide comparability.
     label_params: ClassVar[dict[str, str]] = {}
+    # How the drift tests judge the metrics (prober/core/declarations.py): the families that are not a
+    # plain share, or that have a bad direction or their own pooling. A share-shaped metric left
+    # out is still tested night by night, as a family whose moves are notices.
+    metric_families: ClassVar[tuple[MetricFamily, ...]] = ()
+    # Labels whose cells are pooled into one value per run and family: what stays is what the
+    # family is about (a latency sweep pools its concurrency levels, a penalty setting its grid).
+    pooled_labels: ClassVar[frozenset[str]] = frozenset()
 
     @abc.abstractmethod
     async def run(self, ctx: ProbeContext, params: ProbeParams) -> None:
@@ -74,6 +91,16 @@ class Probe(abc.ABC):
     def summarize(self, samples: Sequence[dict[str, Any]], params: ProbeParams, *, run_id: str,
                   target: str) -> list[Metric]:
         """Turn stored samples of one target into metrics."""
+
+    def charts(self, latest: Sequence[dict[str, Any]]) -> list[Chart]:
+        """The charts of this probe's report section, given the latest run's metric rows of one
+        target; the report leaves out a chart none of whose metrics is there."""
+        return []
+
+    def examples(self, samples: Sequence[dict[str, Any]]) -> list[NotableSample]:
+        """Stored outputs worth a human look among one run's successful final samples of one
+        target, most telling first; the report shows the first few, and failed requests itself."""
+        return []
 
 
 class MetricCollector:
@@ -86,7 +113,7 @@ class MetricCollector:
     def add(self, name: str, value: float | None, labels: dict[str, Any], n: int | None = None,
             unit: str | None = None, ci: tuple[float | None, float | None] = (None, None),
             flags: list[str] | None = None) -> None:
-        declared = getattr(_REGISTRY.get(self.probe), "metric_names", None)
+        declared = getattr(probe_class(self.probe), "metric_names", None)
         if declared is not None and name not in declared:
             # A bug in the probe: SLO rules on this name would be refused at load.
             raise ValueError(f"probe {self.probe} produced metric {name!r}, which its metric_names does not declare")
@@ -111,53 +138,3 @@ class MetricCollector:
         sample cannot bound the interval (p99 of 32 requests)."""
         flags = estimate.flags if estimate.value is not None else None
         self.add(name, estimate.value, labels, estimate.n, unit, (estimate.low, estimate.high), flags)
-
-
-_REGISTRY: dict[str, type[Probe]] = {}
-
-
-def register(cls: type[Probe]) -> type[Probe]:
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def get_probe(name: str) -> Probe:
-    _load_builtin_probes()
-    try:
-        return _REGISTRY[name]()
-    except KeyError:
-        raise KeyError(f"unknown probe {name!r} (available: {', '.join(sorted(_REGISTRY))})") from None
-
-
-def all_metric_names() -> set[str] | None:
-    """Every metric name a registered probe can produce, plus the runner's own client-honesty
-    metrics; None when some probe does not declare its names (then nothing can be ruled out)."""
-    _load_builtin_probes()
-    names = set(RUNNER_METRIC_NAMES)
-    for cls in _REGISTRY.values():
-        if cls.metric_names is None:
-            return None
-        names |= cls.metric_names
-    return names
-
-
-# Added by the runner beside every measured loop (prober/runner.py, client honesty).
-RUNNER_METRIC_NAMES = frozenset({"client_loop_lag_p99_ms", "client_saturated"})
-
-
-def probe_names() -> list[str]:
-    _load_builtin_probes()
-    return sorted(_REGISTRY)
-
-
-def _load_builtin_probes() -> None:
-    """Import every module of the `probes` package, so that each family registers itself; adding a
-    family is adding a module. Done lazily to keep `probes.base` free of import cycles."""
-    import importlib
-    import pkgutil
-
-    import probes
-
-    for module in pkgutil.iter_modules(probes.__path__):
-        if module.name not in ("base", "prompts"):
-            importlib.import_module(f"probes.{module.name}")

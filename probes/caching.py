@@ -39,7 +39,8 @@ from prober.core import stats
 from prober.core.config import Pricing
 from prober.core.records import ChatRequest, Exchange, Metric
 from probes import caching_requests as rq
-from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
+from prober.core.declarations import Chart, MetricFamily
+from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams
 from probes.prompts import nonce
 
 CASES = ("repeat", "volatile", "lookback", "min_prefix", "fanout", "tiers", "ttl")
@@ -234,7 +235,6 @@ def classify_tier(read: int | None, boundaries: dict[str, float], hit_min: int) 
 
 # --- the probe -------------------------------------------------------------------------------------
 
-@register
 class CachingProbe(Probe):
     name = "caching"
     version = 1
@@ -248,6 +248,14 @@ class CachingProbe(Probe):
         "cache_read_reported", "cache_write_reported", "usage_consistent", "ttft_warm_vs_cold",
         "timing_mismatch"})
     Params = CachingParams
+    metric_families = (
+        MetricFamily("hit_rate", "share", bad_direction=-1),
+        MetricFamily("tier_match_rate", "share", bad_direction=-1),
+        MetricFamily("cache_read_reported", "share", bad_direction=-1),
+        MetricFamily("cache_write_reported", "share", bad_direction=-1),
+        MetricFamily("usage_consistent", "share", bad_direction=-1),
+    )
+    pooled_labels = frozenset({"position"})
 
     async def run(self, ctx: ProbeContext, params: CachingParams) -> None:  # type: ignore[override]
         session = _Session(ctx, params)
@@ -261,6 +269,11 @@ class CachingProbe(Probe):
                   run_id: str, target: str) -> list[Metric]:
         rows = [r for r in samples if r.get("probe") == self.name and r.get("final", True)]
         return _Summary(rows, params, run_id=run_id, target=target, probe=self.name).metrics()
+
+    def charts(self, latest: Sequence[dict[str, Any]]) -> list[Chart]:
+        return [Chart("trend", "Cache hit rate over time (Wilson 95%)", "hit rate", ("hit_rate",)),
+                Chart("trend", "Prompt cost with caching over without, over time", "cost multiplier",
+                      ("cost_multiplier",))]
 
 
 class _Session:

@@ -36,7 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from prober.core import stats
 from prober.core.records import ChatRequest, Metric
-from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
+from prober.core.declarations import Chart, MetricFamily, NotableSample
+from probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext, ProbeParams
 from probes.prompts import filler_words, nonce
 
 
@@ -186,7 +187,6 @@ async def background_load(ctx: ProbeContext, params: DivergenceParams, level: in
     await asyncio.gather(*workers)
 
 
-@register
 class DivergenceProbe(Probe):
     name = "divergence"
     # 2: divergence is measured against a separate reference sample, not the lowest level's mode.
@@ -200,6 +200,14 @@ class DivergenceProbe(Probe):
         "reference_modal_share"})
     label_params = {"levels": "concurrency"}
     Params = DivergenceParams
+    # modal_share and divergence_rate_vs_modal mirror divergence_rate, which pages for them: their
+    # moves are notices.
+    metric_families = (
+        ERROR_RATE,
+        MetricFamily("divergence_rate", "share", bad_direction=1),
+        MetricFamily("json_valid_rate", "share", bad_direction=-1),
+    )
+    pooled_labels = frozenset({"prompt"})
 
     async def run(self, ctx: ProbeContext, params: DivergenceParams) -> None:  # type: ignore[override]
         prompts = params.selected_prompts()
@@ -294,6 +302,28 @@ class DivergenceProbe(Probe):
         for param, count in sorted(rejected.items()):
             add("rejected_param_requests", count, {"param": param}, len(measured), "requests")
         return metrics
+
+    def charts(self, latest: Sequence[dict[str, Any]]) -> list[Chart]:
+        return [Chart("versus", "Divergence rate against concurrency (vs the reference sample's modal output, "
+                      "Wilson 95%)", "divergence rate", ("divergence_rate",), x="concurrency"),
+                Chart("versus", "Divergence from each level's own modal output", "divergence rate",
+                      ("divergence_rate_vs_modal",), x="concurrency")]
+
+    def examples(self, samples: Sequence[dict[str, Any]]) -> list[NotableSample]:
+        """Outputs unlike the most common output of their case (the same prompt at any concurrency),
+        each distinct output once."""
+        by_case: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in samples:
+            by_case[row["case"]].append(row)
+        found, seen = [], set()
+        for case_rows in by_case.values():
+            modal = Counter(r["output_sha256"] for r in case_rows).most_common(1)[0][0]
+            for row in case_rows:
+                if row["output_sha256"] != modal and row["output_sha256"] not in seen:
+                    seen.add(row["output_sha256"])
+                    found.append(NotableSample(row, "differs from the most common output of its prompt",
+                                               row.get("output_text")))
+        return found
 
 
 def first_divergence_positions(differing: list[dict[str, Any]], reference: dict[str, Any]

@@ -15,7 +15,8 @@ from pydantic import Field, field_validator
 
 from prober.core import stats
 from prober.core.records import ChatRequest, Metric
-from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
+from prober.core.declarations import Chart, MetricFamily
+from probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext, ProbeParams
 from probes.prompts import filler_words, nonce
 
 
@@ -55,7 +56,6 @@ def request_itl_ms(row: dict[str, Any]) -> list[float]:
     return [b - a for a, b in zip(offsets, offsets[1:])]
 
 
-@register
 class LatencyProbe(Probe):
     name = "latency"
     version = 1
@@ -65,6 +65,15 @@ class LatencyProbe(Probe):
         "goodput", "knee_concurrency", "service_tier_requests"})
     label_params = {"levels": "concurrency"}
     Params = LatencyParams
+    # A latency quantity is judged by its p50 at each concurrency level of the run.
+    metric_families = (
+        ERROR_RATE,
+        MetricFamily("goodput", "share", bad_direction=-1, pool_every_label=True),
+        MetricFamily("ttft_ms", "latency", bad_direction=1, metrics=("ttft_p50_ms",)),
+        MetricFamily("e2e_ms", "latency", bad_direction=1, metrics=("e2e_p50_ms",)),
+        MetricFamily("itl_ms", "latency", bad_direction=1, metrics=("itl_p50_ms",)),
+    )
+    pooled_labels = frozenset({"concurrency"})
 
     async def run(self, ctx: ProbeContext, params: LatencyParams) -> None:  # type: ignore[override]
         filler = filler_words(params.input_tokens)
@@ -150,6 +159,12 @@ class LatencyProbe(Probe):
         knee = find_knee(ttft_p50_by_level)
         collected.add("knee_concurrency", knee, {}, len(ttft_p50_by_level), "requests")
         return collected.metrics
+
+    def charts(self, latest: Sequence[dict[str, Any]]) -> list[Chart]:
+        return [Chart("versus", "TTFT percentiles against concurrency", "ms",
+                      ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"), x="concurrency"),
+                Chart("versus", "Inter-token latency percentiles against concurrency", "ms",
+                      ("itl_p50_ms", "itl_p90_ms", "itl_p99_ms"), x="concurrency")]
 
 
 def find_knee(ttft_p50_by_level: dict[int, float], factor: float = 2.0) -> float | None:

@@ -69,7 +69,8 @@ from pydantic import Field, field_validator, model_validator
 
 from prober.core import stats
 from prober.core.records import ChatRequest, Metric
-from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
+from prober.core.declarations import Chart, MetricFamily, NotableSample
+from probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext, ProbeParams
 from probes.divergence import common_prefix_length
 from probes.penalty_analysis import CONSTRAINED_MODES, PenaltyAnalysis, analyse_records
 
@@ -273,7 +274,6 @@ def ignored_check(explicit: Sequence[str], penalised: Sequence[str]) -> int | No
     return int(2 * sum(1 for a in penalised if a in baseline) > len(penalised))
 
 
-@register
 class PenaltyProbe(Probe):
     name = "penalty"
     version = 1
@@ -283,6 +283,17 @@ class PenaltyProbe(Probe):
         "first_corruption_index", "records_delivered", "baseline_match_rate", "penalties_applied_when_omitted",
         "penalty_effect", "penalty_effect_p", "penalty_ignored", "penalty_unsupported", "rejected_param_requests"})
     Params = PenaltyParams
+    # corruption_rate pages for its parts (parse failures, key and value drift, premature stops,
+    # quote substitutions, dropped optionals) and its complement baseline_match_rate: their moves
+    # are notices. penalty_effect is a difference of two shares, not a share of n.
+    metric_families = (
+        ERROR_RATE,
+        MetricFamily("corruption_rate", "share", bad_direction=1),
+        MetricFamily("truncation_rate", "share", bad_direction=1),
+        MetricFamily("penalty_effect", "other"),
+    )
+    # A penalty setting is one family: the cells of its grid are pooled.
+    pooled_labels = frozenset({"mode", "n_records", "temperature"})
 
     async def run(self, ctx: ProbeContext, params: PenaltyParams) -> None:  # type: ignore[override]
         protocol = ctx.target.protocol
@@ -377,6 +388,41 @@ class PenaltyProbe(Probe):
         for param, count in sorted(refusals.items()):
             add("rejected_param_requests", count, {"param": param}, len(rows), "requests")
         return metrics
+
+    def charts(self, latest: Sequence[dict[str, Any]]) -> list[Chart]:
+        with_baseline = _with_no_op_points(latest)
+        return [Chart("versus", "Corruption against penalty (pooled over modes, lengths and temperatures; Wilson 95%)",
+                      "corruption rate", ("corruption_rate",), x="penalty_value", x_label="penalty value",
+                      series_by=("penalty",), rows=with_baseline),
+                Chart("versus", "Corruption against length (pooled over penalty values, modes and temperatures)",
+                      "corruption rate", ("corruption_rate",), x="n_records", x_label="records requested",
+                      series_by=("penalty",)),
+                Chart("versus", "JSON parse rate against penalty (pooled)", "parse rate", ("parse_rate",),
+                      x="penalty_value", x_label="penalty value", series_by=("penalty",), rows=with_baseline)]
+
+    def examples(self, samples: Sequence[dict[str, Any]]) -> list[NotableSample]:
+        """Answers the probe's analysis calls corrupted, with where they first went wrong."""
+        found = []
+        for row in samples:
+            if not {"mode", "n_records"} <= (row.get("labels") or {}).keys():
+                continue
+            analysis = analyse_row(row)
+            if analysis.corrupted:
+                where = (f"corrupted JSON: {analysis.first_corruption_kind or 'damaged'} after "
+                         f"{analysis.first_corruption_index} intact record(s)")
+                found.append(NotableSample(row, where, answer_text(row)))
+        return found
+
+
+def _with_no_op_points(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The explicit baseline (penalty "none": every penalty at its no-op value) becomes the no-op
+    point of each penalty the run varied, so each curve starts where no penalty applies."""
+    varied = {labels.get("penalty") for labels in (row.get("labels") or {} for row in rows)
+              if labels.get("penalty_value") is not None}
+    baseline = [{**row, "labels": {**row["labels"], "penalty": name, "penalty_value": no_op}}
+                for row in rows if (row.get("labels") or {}).get("penalty") == "none"
+                for name, no_op in NO_OP.items() if name in varied]
+    return [*rows, *baseline]
 
 
 def _refused(row: dict[str, Any], penalty: str, params: PenaltyParams) -> bool:

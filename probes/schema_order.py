@@ -33,7 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, 
 
 from prober.core import stats
 from prober.core.records import ChatRequest, Exchange, Metric
-from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
+from prober.core.declarations import Chart, MetricFamily, NotableSample
+from probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext, ProbeParams
 from suites.datasets import SHIPPED_SCHEMA_ORDER, LabelledItem, load_labelled_jsonl
 
 ANSWER_FIELD = "label"
@@ -252,7 +253,6 @@ def sequential_stop(correct: dict[tuple[int, str], bool], params: SchemaOrderPar
     return None
 
 
-@register
 class SchemaOrderProbe(Probe):
     name = "schema_order"
     version = 1
@@ -261,6 +261,14 @@ class SchemaOrderProbe(Probe):
         "discordant_b_only", "mcnemar_p", "mcnemar_mid_p", "paired_difference", "items_for_80_power",
         "items_evaluated", "requests_saved", "sequential_stopped_early", "sequential_looks_used"})
     Params = SchemaOrderParams
+    # A paired difference may move either way as a matter of course: its moves are notices.
+    metric_families = (
+        ERROR_RATE,
+        MetricFamily("accuracy", "share", bad_direction=-1),
+        MetricFamily("json_valid_rate", "share", bad_direction=-1),
+        MetricFamily("key_order_conformance", "share", bad_direction=-1),
+        MetricFamily("paired_difference", "paired"),
+    )
 
     async def run(self, ctx: ProbeContext, params: SchemaOrderParams) -> None:  # type: ignore[override]
         items = params.items()
@@ -347,6 +355,23 @@ class SchemaOrderProbe(Probe):
             add("sequential_looks_used", (stopped + 1) if stopped is not None else looks, {"looks": looks},
                 len(items_seen), "looks")
         return metrics
+
+    def charts(self, latest: Sequence[dict[str, Any]]) -> list[Chart]:
+        return [Chart("categories", "Accuracy by schema field order (95% CI)", "accuracy", ("accuracy",),
+                      x="variant", note_metrics=("mcnemar_p", "mcnemar_mid_p", "paired_difference")),
+                Chart("categories", "Key order conformance by variant", "conformance", ("key_order_conformance",),
+                      x="variant")]
+
+    def examples(self, samples: Sequence[dict[str, Any]]) -> list[NotableSample]:
+        """Outputs that are not JSON at all."""
+        found = []
+        for row in samples:
+            text = output_json_text(row.get("output_text"), row.get("tool_calls"))
+            try:
+                json.loads(text)
+            except (ValueError, RecursionError):
+                found.append(NotableSample(row, "output is not valid JSON", text))
+        return found
 
 
 def _grade_exchange(exchange: Exchange, expected: str, variant: SchemaVariant) -> Grade:

@@ -1,4 +1,5 @@
-"""What a report plots: each suite's own charts and the trend charts, built from metric rows.
+"""What a report plots: the charts each probe declares (its `charts`, prober/core/declarations.py) and
+the trend charts, built from metric rows.
 
 Charts are described here as data (`Plot`); reports/svg.py draws them. Every builder selects
 metrics by name and labels and returns None when there is nothing to draw, so a suite that did not
@@ -11,12 +12,13 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from prober.core import stats
-from probes.penalty import NO_OP as PENALTY_NO_OP
+from prober.core.declarations import Chart
+from prober.core.probe_registry import find_probe
 
 # Labels that name a run's phase rather than a measured condition: never a series of their own.
 _IGNORED_LABELS = frozenset({"phase"})
@@ -170,72 +172,26 @@ def _note_values(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
     return "; ".join(parts)
 
 
-def _divergence(latest, history):
-    return [versus(latest, ["divergence_rate"], "concurrency",
-                   "Divergence rate against concurrency (vs the reference sample's modal output, Wilson 95%)",
-                   "divergence rate"),
-            versus(latest, ["divergence_rate_vs_modal"], "concurrency",
-                   "Divergence from each level's own modal output", "divergence rate")]
-
-
-def _latency(latest, history):
-    return [versus(latest, ["ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"], "concurrency",
-                   "TTFT percentiles against concurrency", "ms"),
-            versus(latest, ["itl_p50_ms", "itl_p90_ms", "itl_p99_ms"], "concurrency",
-                   "Inter-token latency percentiles against concurrency", "ms")]
-
-
-def _caching(latest, history):
-    return [over_time(history, "hit_rate", "Cache hit rate over time (Wilson 95%)", "hit rate"),
-            over_time(history, "cost_multiplier", "Prompt cost with caching over without, over time",
-                      "cost multiplier")]
-
-
-def _with_penalty_baseline(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The explicit baseline (penalty "none": every penalty at its no-op value) becomes the no-op
-    point of each penalty the run varied, so each curve starts where no penalty applies."""
-    varied = {labels.get("penalty") for labels in (row.get("labels") or {} for row in rows)
-              if labels.get("penalty_value") is not None}
-    baseline = [{**row, "labels": {**row["labels"], "penalty": name, "penalty_value": no_op}}
-                for row in rows if (row.get("labels") or {}).get("penalty") == "none"
-                for name, no_op in PENALTY_NO_OP.items() if name in varied]
-    return [*rows, *baseline]
-
-
-def _penalty(latest, history):
-    with_baseline = _with_penalty_baseline(latest)
-    return [versus(with_baseline, ["corruption_rate"], "penalty_value",
-                   "Corruption against penalty (pooled over modes, lengths and temperatures; Wilson 95%)",
-                   "corruption rate", x_label="penalty value", series_by=["penalty"]),
-            versus(latest, ["corruption_rate"], "n_records",
-                   "Corruption against length (pooled over penalty values, modes and temperatures)",
-                   "corruption rate", x_label="records requested", series_by=["penalty"]),
-            versus(with_baseline, ["parse_rate"], "penalty_value", "JSON parse rate against penalty (pooled)",
-                   "parse rate", x_label="penalty value", series_by=["penalty"])]
-
-
-def _schema_order(latest, history):
-    accuracy = categories(latest, "accuracy", "variant", "Accuracy by schema field order (95% CI)", "accuracy")
-    if accuracy is not None:
-        accuracy.note = _note_values(latest, ["mcnemar_p", "mcnemar_mid_p", "paired_difference"])
-    return [accuracy,
-            categories(latest, "key_order_conformance", "variant", "Key order conformance by variant",
-                       "conformance")]
-
-
-# probe name -> charts of its own, from the latest run's metric rows and the metric series over time
-SUITE_PLOTS: dict[str, Callable[[Sequence[dict[str, Any]], Sequence[MetricSeries]], list[Plot | None]]] = {
-    "divergence": _divergence,
-    "latency": _latency,
-    "caching": _caching,
-    "penalty": _penalty,
-    "schema_order": _schema_order,
-}
+def draw(chart: Chart, latest: Sequence[dict[str, Any]], history: Sequence[MetricSeries]) -> Plot | None:
+    """A probe's declared chart (prober/core/declarations.py) as a Plot, None when nothing of it is there."""
+    rows = chart.rows if chart.rows is not None else latest
+    if chart.kind == "trend" or chart.x is None:    # (Chart refuses any other kind without an x)
+        return over_time(history, chart.metrics[0], chart.title, chart.y_label)
+    if chart.kind == "categories":
+        plot = categories(rows, chart.metrics[0], chart.x, chart.title, chart.y_label)
+    else:
+        plot = versus(rows, chart.metrics, chart.x, chart.title, chart.y_label, chart.x_label, chart.series_by)
+    if plot is not None and chart.note_metrics:
+        plot.note = _note_values(rows, chart.note_metrics)
+    return plot
 
 
 def suite_plots(probe: str, latest: Sequence[dict[str, Any]], history: Sequence[MetricSeries]) -> list[Plot]:
-    builder = SUITE_PLOTS.get(probe)
-    return [plot for plot in (builder(latest, history) if builder else []) if plot is not None]
+    """The charts probe `probe` declares, drawn from its latest metric rows and their history; none
+    for a probe that is not installed."""
+    declared = find_probe(probe)
+    charts = declared.charts(latest) if declared is not None else []
+    return [plot for chart in charts if (plot := draw(chart, latest, history)) is not None]
 
 
 def trend_plots(history: Sequence[MetricSeries]) -> list[Plot]:

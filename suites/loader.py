@@ -13,8 +13,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from prober.core.errors import ConfigError
+from prober.core.probe_registry import get_probe
 from prober.core.tomlfile import read_toml, validation_error
-from probes.base import Probe, ProbeParams, get_probe
+from probes.base import Probe, ProbeParams
 from suites.overrides import ParamOverrides, command_line_error
 
 BUILTIN_DIR = Path(__file__).parent

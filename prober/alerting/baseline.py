@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from probes.base import get_probe
+from prober.core.probe_registry import probe_class
 
 
 @dataclass(frozen=True)
@@ -42,10 +42,8 @@ def completed_targets(run: dict[str, Any]) -> list[str]:
 
 
 def _shaping_params(entry: dict[str, Any]) -> dict[str, Any]:
-    try:
-        ignored = get_probe(entry["probe"]).label_params
-    except KeyError:
-        ignored = {}   # a probe no longer installed: every parameter counts
+    probe = probe_class(entry["probe"])
+    ignored = probe.label_params if probe is not None else {}   # a probe no longer installed: every parameter counts
     return {key: value for key, value in (entry.get("params") or {}).items() if key not in ignored}
 
 

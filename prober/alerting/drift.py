@@ -13,13 +13,13 @@ policy, measured by bench/alarm_calibration.py (docs/operations.md, "Alerting"):
 
 - Families, not cells. Hundreds of metric cells per target would split the budget too thin to see
   a real move, so the cells of one quantity are pooled into one run-level value first: the counts
-  of a share over the labels in POOLED_LABELS (prompts of a divergence level, the grid cells of one
-  penalty setting, the positions of a cache case; error rate and goodput over every label), and
-  the mean log p50 of a latency quantity over its concurrency levels. The alert's text names the
-  cell that moved most.
-- Regressions page, improvements notify. Each family has a bad direction (BAD_DIRECTION); its test
-  is one-sided in that direction. A family without one (modal share, paired differences...) and a
-  move in the good direction are reported as notices, never paged.
+  of a share over the labels its probe pools (`pooled_labels`: prompts of a divergence level, the
+  grid cells of one penalty setting, the positions of a cache case; error rate and goodput over
+  every label), and the mean log p50 of a latency quantity over its concurrency levels. The
+  alert's text names the cell that moved most.
+- Regressions page, improvements notify. Each family has a bad direction (its probe's
+  `metric_families`); its test is one-sided in that direction. A family without one (modal share,
+  paired differences...) and a move in the good direction are reported as notices, never paged.
 - Tests, each with its exact or t-based level: a share is tonight's count against the
   beta-binomial predictive of the baseline runs (stats.share_night_p: exact tails, the
   overdispersion the baseline shows); a latency family is the Student-t prediction interval of the
@@ -46,6 +46,7 @@ from typing import Any
 
 from prober.core import stats
 from prober.core.config import DriftConfig
+from prober.core.probe_registry import metric_family, pooled_labels
 from prober.alerting.baseline import completed_targets, select_baselines
 from prober.alerting.slo import format_value
 from prober.core.records import labels_key
@@ -53,34 +54,20 @@ from prober.core.records import labels_key
 # Defaults for `[drift] min_effect`: absolute share, relative median change, paired difference.
 DEFAULT_MIN_EFFECT = {"proportion": 0.05, "latency": 0.20, "paired": 0.05}
 
-# The run-level latency metrics tested, and the quantity each stands for (the alert's metric).
-LATENCY_FAMILIES = {"ttft_p50_ms": "ttft_ms", "e2e_p50_ms": "e2e_ms", "itl_p50_ms": "itl_ms"}
-
 # A baseline that happened to agree to within 1% must not make any change significant.
 LATENCY_LOG_VARIANCE_FLOOR = 0.01 ** 2
 
 # The tests need a spread: a prediction interval on fewer than 3 baseline runs has 1 degree of freedom.
 FEWEST_BASELINE_RUNS = 3
 
-# +1: a rise is a regression; -1: a fall is. A metric not listed pages nothing, its moves are
-# notices: no agreed bad direction (a paired difference may move either way), or a mirror or a
-# component of a listed one that pages for it (modal_share and divergence_rate_vs_modal mirror
-# divergence_rate; parse failures, key and value drift, premature stops, quote substitutions and
-# dropped optionals are the parts of the penalty probe's corruption_rate, baseline_match_rate its
-# complement). Every page-eligible family splits the budget, so a mirror would only cost power.
-BAD_DIRECTION = {
-    "error_rate": 1, "divergence_rate": 1, "corruption_rate": 1, "truncation_rate": 1,
-    "hit_rate": -1, "accuracy": -1, "goodput": -1, "json_valid_rate": -1, "key_order_conformance": -1,
-    "cache_read_reported": -1, "cache_write_reported": -1, "usage_consistent": -1, "tier_match_rate": -1,
-    "ttft_ms": 1, "e2e_ms": 1, "itl_ms": 1,
-}
 
-# Labels whose cells are pooled into one family value, per probe: what stays is what the family
-# is about (a divergence level, a penalty setting, a cache case). Error rate and goodput pool over
-# every label: an error is an error wherever it happens.
-POOLED_LABELS = {"latency": {"concurrency"}, "divergence": {"prompt"},
-                 "penalty": {"mode", "n_records", "temperature"}, "caching": {"position"}}
-POOLED_EVERYWHERE = frozenset({"error_rate", "goodput"})
+def bad_direction(probe: str, metric: str) -> int:
+    """+1: a rise of the family is a regression; -1: a fall is; 0: it pages nothing, its moves are
+    notices. Declared by its probe (`metric_families`, prober/core/declarations.py), as are the latency
+    families and the pooled labels. Every page-eligible family splits the budget, so a mirror of one
+    that pages (modal_share of divergence_rate) has none: it would only cost power."""
+    family = metric_family(probe, metric)
+    return family.bad_direction if family is not None else 0
 
 
 @dataclass(frozen=True)
@@ -189,10 +176,6 @@ def decide(tests: Sequence[DriftTest], config: DriftConfig) -> list[DriftTest]:
 
 # --- one value per run and metric family ----------------------------------------------------------
 
-# Differences of two shares carry unit "ratio" and an interval too, but are not a share of n.
-DIFFERENCE_METRICS = frozenset({"paired_difference", "penalty_effect"})
-
-
 def judgeable(row: dict[str, Any]) -> bool:
     """A row with a value and no flags (a flagged value is too poorly estimated to judge)."""
     value = row.get("value")
@@ -200,10 +183,12 @@ def judgeable(row: dict[str, Any]) -> bool:
 
 
 def is_proportion(row: dict[str, Any]) -> bool:
-    """A share of n trials with its Wilson interval: value * n is a whole count."""
+    """A share of n trials with its Wilson interval: value * n is a whole count. (Differences of two
+    shares carry unit "ratio" and an interval too: their probe declares them another kind.)"""
     value, n = row.get("value"), row.get("n")
-    if (row.get("unit") != "ratio" or row.get("name") in DIFFERENCE_METRICS or not n or not judgeable(row)
-            or not 0.0 <= value <= 1.0 or row.get("ci_low") is None):
+    family = metric_family(row["probe"], row["name"])
+    if (row.get("unit") != "ratio" or (family is not None and family.kind != "share") or not n
+            or not judgeable(row) or not 0.0 <= value <= 1.0 or row.get("ci_low") is None):
         return False
     return abs(value * n - round(value * n)) < 1e-6 * n
 
@@ -229,9 +214,10 @@ Identity = tuple[str, str, str, str]          # (kind, probe, metric, family lab
 
 
 def family_labels(probe: str, metric: str, labels: dict[str, Any]) -> dict[str, Any]:
-    if metric in POOLED_EVERYWHERE:
+    family = metric_family(probe, metric)
+    if family is not None and family.pool_every_label:
         return {}
-    pooled = POOLED_LABELS.get(probe, set())
+    pooled = pooled_labels(probe)
     return {k: v for k, v in labels.items() if k not in pooled}
 
 
@@ -247,8 +233,9 @@ def run_values(rows: Iterable[dict[str, Any]]) -> dict[Identity, tuple[RunValue,
             kept = family_labels(row["probe"], row["name"], labels)
             identity = ("proportion", row["probe"], row["name"], labels_key(kept))
             shares[identity].append((labels_key(labels), round(row["value"] * row["n"]), int(row["n"])))
-        elif row["name"] in LATENCY_FAMILIES and judgeable(row) and row["value"] > 0:
-            metric = LATENCY_FAMILIES[row["name"]]
+        elif ((family := metric_family(row["probe"], row["name"])) is not None and family.kind == "latency"
+              and judgeable(row) and row["value"] > 0):
+            metric = family.name
             kept = family_labels(row["probe"], metric, labels)
             identity = ("latency", row["probe"], metric, labels_key(kept))
             logs[identity].append((labels_key(labels), math.log(row["value"]), int(row.get("n") or 0)))
@@ -327,7 +314,7 @@ def night_test(kind: str, target: str, probe: str, metric: str, labels: dict[str
 def _night_test(kind: str, target: str, probe: str, metric: str, labels: dict[str, Any],
                 current: Sequence[RunValue], baseline: Sequence[RunValue]) -> DriftTest:
     m, k = len(current), len(baseline)
-    direction = BAD_DIRECTION.get(metric, 0)
+    direction = bad_direction(probe, metric)
     common = dict(direction=direction, cells=max(1, len(current[0].cells)))
     if kind == "proportion":
         x, n = sum(v.successes for v in current), sum(v.n for v in current)

@@ -15,7 +15,7 @@ from typing import Any
 
 from prober.core.config import SloRule
 from prober.core.errors import ConfigError
-from probes.base import RUNNER_METRIC_NAMES, all_metric_names, get_probe
+from prober.core.probe_registry import RUNNER_METRIC_NAMES, all_metric_names, probe_class
 from prober.alerting.slo import SloCheck, check_run, rule_matches
 
 HELD, BROKEN, NO_DATA = "held", "broken", "no data"
@@ -56,10 +56,7 @@ class RuleState:
 def _producible(probes: Iterable[str]) -> set[str] | None:
     names = set(RUNNER_METRIC_NAMES)
     for probe in probes:
-        try:
-            declared = get_probe(probe).metric_names
-        except KeyError:
-            declared = None
+        declared = getattr(probe_class(probe), "metric_names", None)   # None too for a probe not installed
         if declared is None:
             return None
         names |= declared

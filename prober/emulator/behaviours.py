@@ -21,6 +21,7 @@ from prober.emulator.plan import GenRequest, ResponsePlan
 from prober.emulator.scenario import Scenario
 from prober.emulator.schema_order import SchemaOrderEffect
 from prober.emulator.tokenizer import pseudo_text
+from prober.emulator.tool_calls import ForcedToolCall
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,7 @@ class NaturalText:
         self.seed = scenario.seed
 
     def apply(self, request: GenRequest, plan: ResponsePlan, state: ServerState) -> None:
-        natural = pseudo_text(request.prompt_text, self.length, self.seed)
-        if request.max_tokens is not None and request.max_tokens < len(natural):
-            plan.tokens, plan.finish = list(natural[:request.max_tokens]), "length"
-        else:
-            plan.tokens, plan.finish = list(natural), "stop"
+        plan.answer(pseudo_text(request.prompt_text, self.length, self.seed), request.max_tokens)
 
 
 class UsageReport:
@@ -108,7 +105,7 @@ class Pipeline:
 
 def base_behaviours(scenario: Scenario) -> list[Behaviour]:
     """The chain every scenario gets: text, nondeterminism, schema-order answers, penalty-corrupted
-    records, usage, prompt cache, timing, fingerprint, faults."""
+    records, a call of any other forced tool, usage, prompt cache, timing, fingerprint, faults."""
     return [NaturalText(scenario), ConcurrencyNondeterminism(scenario), SchemaOrderEffect(scenario),
-            PenaltyEffect(scenario), UsageReport(scenario), PromptCache(scenario), Timing(scenario),
+            PenaltyEffect(scenario), ForcedToolCall(scenario), UsageReport(scenario), PromptCache(scenario), Timing(scenario),
             SystemFingerprint(scenario), FaultInjection(scenario)]

@@ -252,12 +252,9 @@ class PenaltyEffect:
         rng = random.Random(f"penalty:{self.seed}:{seed if isinstance(seed, int) else f'request {state.seq}'}")
         mode, tool = output_mode(request)
         text, ended, writer = write_records(task, mode, self.settings, penalties, temperature, rng, self.seed)
-        tokens = tokenize(text)
-        if request.max_tokens is not None and request.max_tokens < len(tokens):
-            plan.tokens, plan.finish = tokens[:request.max_tokens], "length"
+        plan.answer(tokenize(text), request.max_tokens)
+        if plan.finish == "length":
             ended = "length"
-        else:
-            plan.tokens, plan.finish = tokens, "stop"
         plan.tool_name = tool
         plan.truth["penalty"] = {
             "n_records": task.n_records, "mode": mode, "ended": ended,

@@ -7,7 +7,7 @@ knows about bytes on the wire.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -112,6 +112,13 @@ class ResponsePlan:
     @property
     def text(self) -> str:
         return "".join(self.tokens)
+
+    def answer(self, tokens: Sequence[str], max_tokens: int | None) -> None:
+        """Answer with `tokens`, cut at `max_tokens` (finish "length") when they do not fit."""
+        if max_tokens is not None and max_tokens < len(tokens):
+            self.tokens, self.finish = list(tokens[:max_tokens]), "length"
+        else:
+            self.tokens, self.finish = list(tokens), "stop"
 
     def first_token_written(self) -> None:
         for hook in self.on_first_token:

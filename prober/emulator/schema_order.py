@@ -131,11 +131,7 @@ class SchemaOrderEffect:
             order = [k for k in declared if k in required] + [k for k in declared if k not in required]
         answer = {name: _value(name, properties[name], item, correct, self.seed) for name in order}
         answer[ANSWER_FIELD] = _label(properties[ANSWER_FIELD], item, correct, self.seed)
-        tokens = tokenize(json.dumps(answer, ensure_ascii=False))
-        if request.max_tokens is not None and request.max_tokens < len(tokens):
-            plan.tokens, plan.finish = tokens[:request.max_tokens], "length"
-        else:
-            plan.tokens, plan.finish = tokens, "stop"
+        plan.answer(tokenize(json.dumps(answer, ensure_ascii=False)), request.max_tokens)
         plan.tool_name = tool_name
         plan.truth["schema_order"] = {
             "item": item.id, "variant": variant, "correct": correct, "expected": item.label,

@@ -165,11 +165,11 @@ def test_two_nights_together_are_judged_with_a_night_effect_each():
 # --- the drift module -----------------------------------------------------------------------------
 
 def test_differences_are_not_mistaken_for_proportions_and_flagged_rows_are_not_judged():
-    assert is_proportion(share("hit_rate", 3, 8))
-    assert not is_proportion({**share("hit_rate", 3, 8), "flags": ["too_few"]})
-    assert not is_proportion({"name": "paired_difference", "value": 0.1, "ci_low": 0.0, "ci_high": 0.2, "n": 60,
-                              "unit": "ratio"})
-    assert not is_proportion({"name": "ttft_p50_ms", "value": 0.5, "n": 8, "unit": "ms"})
+    assert is_proportion({"probe": "caching", **share("hit_rate", 3, 8)})
+    assert not is_proportion({"probe": "caching", **share("hit_rate", 3, 8), "flags": ["too_few"]})
+    assert not is_proportion({"probe": "schema_order", "name": "paired_difference", "value": 0.1, "ci_low": 0.0,
+                              "ci_high": 0.2, "n": 60, "unit": "ratio"})
+    assert not is_proportion({"probe": "latency", "name": "ttft_p50_ms", "value": 0.5, "n": 8, "unit": "ms"})
     rows = [{"target": "t", "probe": "latency", "name": "ttft_p50_ms", "value": 80.0, "n": 32, "labels": {},
              "flags": ["client_limited"]},
             {"target": "t", "probe": "latency", "name": "ttft_p99_ms", "value": 300.0, "n": 32, "labels": {}}]

@@ -7,7 +7,8 @@ import pytest
 
 from prober.core.config import SloRule
 from prober.core.errors import ConfigError
-from probes.base import MetricCollector, all_metric_names, get_probe, probe_names
+from prober.core.probe_registry import all_metric_names, get_probe, probe_names
+from probes.base import MetricCollector
 from prober.alerting.slo_rules import check_rules_known, rule_states, slo_line
 from tests.support.cli import prober
 

@@ -140,3 +140,39 @@ def test_messages_api_refuses_penalties_and_the_adapter_drops_them() -> None:
     assert exchange.error_type is None
     assert exchange.rejected_params == ["frequency_penalty"]
     assert [record["status"] for record in truth] == [400, 200]
+
+
+WEATHER = {"type": "object", "required": ["city", "unit"], "additionalProperties": False,
+           "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                          "days": {"type": "integer"}, "hourly": {"type": "boolean"},
+                          "stations": {"type": "array", "items": {"type": "number"}}}}
+
+
+def test_any_other_forced_tool_is_called_with_arguments_its_schema_accepts() -> None:
+    """The default chain: no behaviour knows this tool, and the emulator still calls it, as the hosted
+    APIs always call a forced tool; a decoy offered beside it is not called."""
+    tools = [{"name": "lookup", "description": "Look a record up.",
+              "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}},
+             {"name": "get_weather", "description": "Forecast.", "input_schema": WEATHER}]
+
+    async def scenario():
+        async with running(FAST) as emulator:
+            client = anthropic.AsyncAnthropic(base_url=emulator.base_url, api_key="x", max_retries=0)
+            message = await client.messages.create(
+                model="claude-emu", max_tokens=100, messages=MESSAGES, tools=tools,
+                tool_choice={"type": "tool", "name": "get_weather"})
+            plain = await client.messages.create(model="claude-emu", max_tokens=8, messages=MESSAGES, tools=tools)
+            await client.close()
+            return message, plain, emulator.ground_truth()
+
+    message, plain, truth = run(scenario())
+    assert message.stop_reason == "tool_use" and [b.name for b in message.content] == ["get_weather"]
+    arguments = message.content[0].input
+    types = {"city": str, "unit": str, "days": int, "hourly": bool, "stations": list}
+    assert list(arguments) == list(WEATHER["properties"])          # declared order, every property
+    assert all(isinstance(arguments[k], kind) for k, kind in types.items())
+    assert arguments["unit"] in ("celsius", "fahrenheit") and arguments["city"]
+    assert all(isinstance(x, float) for x in arguments["stations"])
+    assert truth[0]["behaviours"]["tool_call"] == {"tool": "get_weather", "arguments": arguments}
+    # Without tool_choice the model is free: the emulator answers in text, as before.
+    assert plain.content[0].type == "text" and "tool_call" not in truth[1]["behaviours"]

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from prober.core.errors import ConfigError
-from probes.base import get_probe
+from prober.core.probe_registry import get_probe
 from probes.divergence import (
     DivergenceParams,
     build_request,

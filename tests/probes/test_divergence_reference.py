@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from probes.base import get_probe
+from prober.core.probe_registry import get_probe
 from probes.divergence import DivergenceParams
 from store.rows import output_fields
 

@@ -7,9 +7,9 @@ from pydantic import ValidationError
 
 from prober.core import stats
 from prober.core.config import TargetConfig
+from prober.core.probe_registry import get_probe
 from prober.targets.anthropic import AnthropicAdapter
 from prober.targets.openai import OpenAIAdapter
-from probes.base import get_probe
 from probes.penalty import (
     Cell,
     PenaltyParams,

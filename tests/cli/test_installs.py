@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 
 from tests.support.cli import prober
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXTRA_MODULES = ("psycopg", "pyarrow", "pandas")
 
 _SITECUSTOMIZE = '''

@@ -1,0 +1,1 @@
+"""A tool-call conformance probe for prober, shipped as a plugin (see README.md)."""
