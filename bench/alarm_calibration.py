@@ -20,11 +20,11 @@ detection target is judged at REGRESSION_NOISE, the level the table names.
 
     python bench/alarm_calibration.py [--nights 1800] [--histories 120] [--seed 2] [--workers 3]
 
-1800 nights and 120 histories (about 8 minutes on 2 idle cores, from 0.07 s a simulated night; progress
-on stderr): the
-policy's rate near 0.8 false pages per 90 nights comes in clusters (TTFT, ITL and end-to-end
-latency share the night effect: one false latency night is three pages), so 900 nights measure it
-only to +- 0.3, and 80 histories measure a detection share near 0.95 to +- 0.025. The column of
+1800 nights and 120 histories (about 8 minutes on 2 idle cores, from 0.07 s a simulated night;
+progress lines on stderr): the policy's rate near 0.8 false pages per 90 nights comes in clusters
+(TTFT, ITL and end-to-end latency share the night effect: one false latency night is three
+pages), so 900 nights measure it only to +- 0.3, and 80 histories measure a detection share near
+0.95 to +- 0.025. The column of
 tests within NEAR_FACTOR of their level estimates the same spend from ten times as many events.
 
 Ends with `alarm-calibration: false_pages_per_90_nights=X detected_within_2_nights=Y` (X the
