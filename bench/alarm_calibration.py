@@ -24,8 +24,8 @@ detection target is judged at REGRESSION_NOISE, the level the table names.
 progress lines on stderr): the policy's rate near 0.8 false pages per 90 nights comes in clusters
 (TTFT, ITL and end-to-end latency share the night effect: one false latency night is three
 pages), so 900 nights measure it only to +- 0.3, and 80 histories measure a detection share near
-0.95 to +- 0.025. The column of
-tests within NEAR_FACTOR of their level estimates the same spend from ten times as many events.
+0.95 to +- 0.025. The column "tests at 10x level / 10" (per 90 nights) estimates the same spend
+from ten times as many events: the regression tests within NEAR_FACTOR times their level.
 
 Ends with `alarm-calibration: false_pages_per_90_nights=X detected_within_2_nights=Y` (X the
 worst over noise levels, Y the worst over regressions at REGRESSION_NOISE). Targets: X <= 1, Y >= 0.95.
@@ -327,7 +327,8 @@ def calibrate(nights: int, histories: int, seed: int, workers: int = 3) -> tuple
             results = list(pool.map(_noise_level_job, jobs))
     else:
         results = [_noise_level_job(job) for job in jobs]
-    lines = ["noise (share sd, latency log-sd)   nights  false pages  per 90 nights  tests at 10x level / 10  paged by"]
+    lines = ["noise (share sd, latency log-sd)   nights  false pages  per 90 nights  "
+             "tests at 10x level / 10  paged by"]
     worst_rate = 0.0
     for (name, share_sd, latency_sd), result in zip(NOISE_LEVELS, results):
         names = result.pages
