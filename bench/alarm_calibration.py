@@ -18,11 +18,14 @@ there one regression is injected and the nights until a page on the regressed me
 (at most 6). Every regression is run at every noise level and the table shows them all; the
 detection target is judged at REGRESSION_NOISE, the level the table names.
 
-    python bench/alarm_calibration.py [--nights 900] [--histories 80] [--seed 2] [--workers 2]
+    python bench/alarm_calibration.py [--nights 1800] [--histories 120] [--seed 2] [--workers 3]
 
-900 nights and 80 histories (about 4 minutes on 2 cores): at the nominal budget 300 nights count
-about 3 pages, +- 1.7, and 40 histories measure a detection share near 0.95 to +- 0.035, too
-coarse for a verdict at the targets.
+1800 nights and 120 histories (about 8 minutes on 2 idle cores, from 0.07 s a simulated night;
+progress lines on stderr): the policy's rate near 0.8 false pages per 90 nights comes in clusters
+(TTFT, ITL and end-to-end latency share the night effect: one false latency night is three
+pages), so 900 nights measure it only to +- 0.3, and 80 histories measure a detection share near
+0.95 to +- 0.025. The column "tests at 10x level / 10" (per 90 nights) estimates the same spend
+from ten times as many events: the regression tests within NEAR_FACTOR times their level.
 
 Ends with `alarm-calibration: false_pages_per_90_nights=X detected_within_2_nights=Y` (X the
 worst over noise levels, Y the worst over regressions at REGRESSION_NOISE). Targets: X <= 1, Y >= 0.95.
@@ -39,7 +42,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -59,6 +62,10 @@ NOISE_LEVELS = [("low", 0.02, 0.10), ("mid", 0.05, 0.15), ("high", 0.08, 0.20)]
 # budget (docs/operations.md); the table shows every regression at every level.
 REGRESSION_NOISE = NOISE_LEVELS[0]
 HORIZON = 6                      # nights a regression history runs at most
+# Pages are rare, so their count over a few hundred nights says little; the regression tests that
+# reach NEAR_FACTOR times their level are ten times as many and estimate the same spend (tails
+# near the level are about linear in it): a tighter check of the budget, used by the CI test.
+NEAR_FACTOR = 10
 
 
 def _suite(name: str) -> dict[str, Any]:
@@ -231,6 +238,7 @@ class History:
     config: ProberConfig
     values: list[dict] = field(default_factory=list)      # run_values per night, newest last
     alerts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    near_level: int = 0       # tonight's regression tests with p within NEAR_FACTOR times their level
 
     def copy(self) -> "History":
         """An independent continuation (alert rows are replaced, never mutated, by `night`)."""
@@ -242,12 +250,16 @@ class History:
         window = self.config.drift.baseline_runs + 1
         now = run_values(rows)
         tests, _ = target_tests(TARGET, now, self.values[::-1][:window], self.config.drift)
-        observations = (slo_observations(self.config, rows, run)
-                        + drift_observations(decide(tests, self.config.drift), run))
+        decided = decide(tests, self.config.drift)
+        self.near_level = sum(1 for t in decided if t.direction != 0 and t.p_value is not None
+                              and t.p_value <= NEAR_FACTOR * t.alpha)
+        observations = slo_observations(self.config, rows, run) + drift_observations(decided, run)
         when = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(days=index)
         changed, _, evaluation = judge(observations, self.alerts, run["id"], when)
         self.alerts.update({row["key"]: row for row in changed})
-        self.values.append(now)
+        # Only the newest window is ever read: a longer list would make every branch's copy and the
+        # memory grow with the nights simulated.
+        self.values = [*self.values[1 - window:], now] if window > 1 else [now]
         return evaluation.fired_now
 
 
@@ -257,28 +269,39 @@ def _regressed(regression: Regression) -> dict[str, Any]:
     return levels
 
 
+class LevelResult(NamedTuple):
+    pages: list[str]                          # alert names paged over the quiet nights
+    delays: dict[str, list[int | None]]       # per regression, nights to detection per history
+    near_level: int                           # regression tests within NEAR_FACTOR of their level
+
+
 def noise_level(config: ProberConfig, level: tuple[str, float, float], nights: int, histories: int, seed: int
-                ) -> tuple[list[str], dict[str, list[int | None]]]:
+                ) -> LevelResult:
     """One noise level: the alert names paged over `nights` quiet nights (after a full baseline
-    window), and per regression the nights to detection of `histories` branches off that history."""
+    window) and the tests near their level, and per regression the nights to detection of
+    `histories` branches off that history."""
     _, share_sd, latency_sd = level
     rng = np.random.default_rng(seed)
-    history, pages = History(config), []
+    history, pages, near_level = History(config), [], 0
     warmup = config.drift.baseline_runs + 1
     every = max(1, nights // max(1, histories))
     delays: dict[str, list[int | None]] = {r.name: [] for r in REGRESSIONS}
     for index in range(warmup + nights):
+        if index and index % 300 == 0:
+            print(f"alarm-calibration: noise {level[0]}: night {index} of {warmup + nights}", file=sys.stderr,
+                  flush=True)
         fired = history.night(Night(rng, share_sd, latency_sd, healthy_levels()).rows, index)
         if index < warmup:
             continue
         pages += [row["name"] for row in fired]
+        near_level += history.near_level
         branch = index - warmup
         if branch % every == 0 and branch // every < histories:
             for offset, regression in enumerate(REGRESSIONS):
                 branch_rng = np.random.default_rng([seed, branch, offset])
                 delays[regression.name].append(
                     detection_delay(history.copy(), regression, branch_rng, share_sd, latency_sd, index))
-    return pages, delays
+    return LevelResult(pages, delays, near_level)
 
 
 def detection_delay(history: History, regression: Regression, rng: np.random.Generator, share_sd: float,
@@ -291,11 +314,11 @@ def detection_delay(history: History, regression: Regression, rng: np.random.Gen
     return None
 
 
-def _noise_level_job(args: tuple) -> tuple[list[str], dict[str, list[int | None]]]:
+def _noise_level_job(args: tuple) -> LevelResult:
     return noise_level(default_config(), *args)
 
 
-def calibrate(nights: int, histories: int, seed: int, workers: int = 2) -> tuple[list[str], float, float]:
+def calibrate(nights: int, histories: int, seed: int, workers: int = 3) -> tuple[list[str], float, float]:
     """(table lines, worst false pages per 90 nights, worst share detected within 2 nights at
     REGRESSION_NOISE)."""
     jobs = [(level, nights, histories, seed + offset) for offset, level in enumerate(NOISE_LEVELS)]
@@ -304,22 +327,25 @@ def calibrate(nights: int, histories: int, seed: int, workers: int = 2) -> tuple
             results = list(pool.map(_noise_level_job, jobs))
     else:
         results = [_noise_level_job(job) for job in jobs]
-    lines = ["noise (share sd, latency log-sd)   nights  false pages  per 90 nights  paged by"]
+    lines = ["noise (share sd, latency log-sd)   nights  false pages  per 90 nights  "
+             "tests at 10x level / 10  paged by"]
     worst_rate = 0.0
-    for (name, share_sd, latency_sd), (names, _) in zip(NOISE_LEVELS, results):
+    for (name, share_sd, latency_sd), result in zip(NOISE_LEVELS, results):
+        names = result.pages
         rate = 90 * len(names) / nights
         worst_rate = max(worst_rate, rate)
+        near = 90 * result.near_level / NEAR_FACTOR / nights
         paged = ", ".join(f"{n} x{names.count(n)}" for n in sorted(set(names))) or "-"
         lines.append(f"{name:>5} ({share_sd:.2f}, {latency_sd:.2f})                {nights:>6}  {len(names):>11}  "
-                     f"{rate:>13.2f}  {paged}")
+                     f"{rate:>13.2f}  {near:>23.2f}  {paged}")
     lines.append("")
     header = "".join(f"  {name + (' *' if name == REGRESSION_NOISE[0] else ''):>16}" for name, _, _ in NOISE_LEVELS)
     lines.append(f"{'regression: detected within 2 nights (median nights)':<52}  histories{header}")
     worst_share = 1.0
     for regression in REGRESSIONS:
         cells = []
-        for (name, _, _), (_, delays) in zip(NOISE_LEVELS, results):
-            found = delays[regression.name]
+        for (name, _, _), result in zip(NOISE_LEVELS, results):
+            found = result.delays[regression.name]
             within = sum(1 for d in found if d is not None and d <= 2) / len(found)
             detected = [d for d in found if d is not None]
             median = f"{statistics.median(detected):g}" if detected else "never"
@@ -334,10 +360,10 @@ def calibrate(nights: int, histories: int, seed: int, workers: int = 2) -> tuple
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nights", type=int, default=900, help="quiet nights per noise level")
-    parser.add_argument("--histories", type=int, default=80, help="regression histories per regression and level")
+    parser.add_argument("--nights", type=int, default=1800, help="quiet nights per noise level")
+    parser.add_argument("--histories", type=int, default=120, help="regression histories per regression and level")
     parser.add_argument("--seed", type=int, default=2)
-    parser.add_argument("--workers", type=int, default=2, help="processes (one noise level each)")
+    parser.add_argument("--workers", type=int, default=3, help="processes (one noise level each)")
     args = parser.parse_args(argv)
     lines, rate, share = calibrate(args.nights, args.histories, args.seed, args.workers)
     print("\n".join(lines))
