@@ -33,10 +33,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import statistics
-from concurrent.futures import ProcessPoolExecutor
 import sys
 import tomllib
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,10 +45,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from prober import stats  # noqa: E402
-from prober.config import ProberConfig  # noqa: E402
-from reports.alerts import drift_observations, judge, slo_observations  # noqa: E402
-from reports.drift import decide, run_values, target_tests  # noqa: E402
+from prober import stats
+from prober.config import ProberConfig
+from reports.alerts import drift_observations, judge, slo_observations
+from reports.drift import decide, run_values, target_tests
 
 TARGET = "t"
 
@@ -232,7 +232,7 @@ class History:
     values: list[dict] = field(default_factory=list)      # run_values per night, newest last
     alerts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def copy(self) -> "History":
+    def copy(self) -> History:
         """An independent continuation (alert rows are replaced, never mutated, by `night`)."""
         return History(self.config, list(self.values), dict(self.alerts))
 
@@ -244,7 +244,7 @@ class History:
         tests, _ = target_tests(TARGET, now, self.values[::-1][:window], self.config.drift)
         observations = (slo_observations(self.config, rows, run)
                         + drift_observations(decide(tests, self.config.drift), run))
-        when = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(days=index)
+        when = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(days=index)
         changed, _, evaluation = judge(observations, self.alerts, run["id"], when)
         self.alerts.update({row["key"]: row for row in changed})
         self.values.append(now)

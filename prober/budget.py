@@ -70,9 +70,7 @@ def token_count(value: object) -> int | None:
         return None
     if isinstance(value, int):
         count = value
-    elif isinstance(value, float) and value.is_integer():
-        count = int(value)
-    elif isinstance(value, str) and value.strip().isdigit():
+    elif (isinstance(value, float) and value.is_integer()) or (isinstance(value, str) and value.strip().isdigit()):
         count = int(value)
     else:
         return None

@@ -6,19 +6,19 @@ import os
 import sys
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
-from typer._click.exceptions import ClickException  # typer vendors click; its usage errors
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
+from typer._click.exceptions import ClickException  # typer vendors click; its usage errors
 
 from prober.config import load_config
 from prober.controlchars import escape_controls
 from prober.errors import ConfigError, ProberError
-from prober.store_access import open_store, require_known_target
 from prober.redact import RedactingStream, redact_text, register_config
+from prober.store_access import open_store, require_known_target
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="Black-box conformance and drift prober for LLM APIs.")
@@ -34,9 +34,9 @@ _CAPTURED_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 
 out = Console(file=RedactingStream(), highlight=False, width=_CAPTURED_WIDTH)
 err = Console(file=RedactingStream(stderr=True), stderr=True, highlight=False, soft_wrap=True)
 
-ConfigOption = Annotated[Optional[Path], typer.Option("--config", "-c", help="prober.toml to use "
+ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="prober.toml to use "
                          "(default: ./prober.toml if present, else built-in targets local and emulator)")]
-DbOption = Annotated[Optional[str], typer.Option("--db", help="store URL, overriding the config's [store] url")]
+DbOption = Annotated[str | None, typer.Option("--db", help="store URL, overriding the config's [store] url")]
 
 
 def _config(path: Path | None, db: str | None = None):
@@ -77,9 +77,9 @@ def _parse_param(text: str) -> tuple[str, Any]:
 @app.command()
 def run(
     suite: Annotated[str, typer.Option("--suite", "-s", help="suite name (see `prober suites`)")],
-    target: Annotated[Optional[list[str]], typer.Option("--target", "-t", help="target name; repeatable; "
+    target: Annotated[list[str] | None, typer.Option("--target", "-t", help="target name; repeatable; "
                                                         "default: every configured target")] = None,
-    param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="override a probe "
+    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="override a probe "
                                                        "parameter, KEY=VALUE (TOML value); repeatable")] = None,
     config: ConfigOption = None,
     db: DbOption = None,
@@ -149,7 +149,7 @@ def targets(config: ConfigOption = None) -> None:
 @app.command()
 def runs(
     limit: Annotated[int, typer.Option(help="how many runs")] = 20,
-    suite: Annotated[Optional[str], typer.Option(help="only this suite")] = None,
+    suite: Annotated[str | None, typer.Option(help="only this suite")] = None,
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
@@ -251,14 +251,14 @@ def _print_metrics(metrics, title: str) -> None:
     out.print(escape(PERCENTILE_INTERVAL_NOTE))
 
 
-SinceOption = Annotated[Optional[str], typer.Option("--since", help="runs started within this period "
+SinceOption = Annotated[str | None, typer.Option("--since", help="runs started within this period "
                        "(30d, 12h, 2w, 90m) or since a date (2026-01-31)")]
 
 
 @app.command()
 def report(
     since: SinceOption = "30d",
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="only this target")] = None,
+    target: Annotated[str | None, typer.Option("--target", "-t", help="only this target")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="html, md or json")] = "html",
     out_dir: Annotated[Path, typer.Option("--out", help="directory to write the report into")] = Path("prober-reports"),
     config: ConfigOption = None,
@@ -291,10 +291,10 @@ def report(
 @app.command()
 def history(
     metric: Annotated[str, typer.Option("--metric", "-m", help="metric name, e.g. ttft_p50_ms")],
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="only this target")] = None,
-    suite: Annotated[Optional[str], typer.Option("--suite", "-s", help="only runs of this suite, or "
+    target: Annotated[str | None, typer.Option("--target", "-t", help="only this target")] = None,
+    suite: Annotated[str | None, typer.Option("--suite", "-s", help="only runs of this suite, or "
                                                  "metrics of this probe")] = None,
-    labels: Annotated[Optional[list[str]], typer.Option("--labels", "-l", help="KEY=VALUE label filter; "
+    labels: Annotated[list[str] | None, typer.Option("--labels", "-l", help="KEY=VALUE label filter; "
                                                         "repeatable or comma-separated")] = None,
     since: SinceOption = None,
     config: ConfigOption = None,
@@ -334,8 +334,8 @@ def export(
     fmt: Annotated[str, typer.Option("--format", "-f", help="csv, parquet or prometheus")],
     out_dir: Annotated[Path, typer.Option("--out", help="directory to write into")] = Path("prober-export"),
     since: SinceOption = None,
-    run_id: Annotated[Optional[str], typer.Option("--run", help="only this run (id or unique prefix)")] = None,
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="only this target")] = None,
+    run_id: Annotated[str | None, typer.Option("--run", help="only this run (id or unique prefix)")] = None,
+    target: Annotated[str | None, typer.Option("--target", "-t", help="only this target")] = None,
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
@@ -399,7 +399,7 @@ def drill(
     healthy_runs: Annotated[int, typer.Option(min=1, help="healthy runs before the regressed one (the drift "
                                                          "baseline)")] = 3,
     config: ConfigOption = None,
-    db: Annotated[Optional[str], typer.Option("--db", help="store URL for the drill's runs (default: a "
+    db: Annotated[str | None, typer.Option("--db", help="store URL for the drill's runs (default: a "
                                               "temporary SQLite file, deleted afterwards)")] = None,
 ) -> None:
     """Fire drill: run the latency suite against the emulator, healthy then regressed, and deliver
@@ -417,7 +417,7 @@ def drill(
 @app.command()
 def emulate(
     port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8090,
-    scenario: Annotated[Optional[Path], typer.Option(help="scenario TOML (default: built-in)")] = None,
+    scenario: Annotated[Path | None, typer.Option(help="scenario TOML (default: built-in)")] = None,
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
 ) -> None:
     """Serve the emulator (Anthropic /v1/messages and OpenAI /v1/chat/completions) until Ctrl-C.
@@ -435,9 +435,9 @@ def emulate(
 @local_app.command("start")
 def local_start(
     port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8080,
-    slots: Annotated[Optional[int], typer.Option("--slots", "-np", help="llama-server -np (default: "
+    slots: Annotated[int | None, typer.Option("--slots", "-np", help="llama-server -np (default: "
                                                  "its auto setting, 4 slots with a unified KV cache)")] = None,
-    ctx_size: Annotated[Optional[int], typer.Option("--ctx-size", "-c", help="llama-server -c")] = None,
+    ctx_size: Annotated[int | None, typer.Option("--ctx-size", "-c", help="llama-server -c")] = None,
 ) -> None:
     """Install (first time: about 5 minutes on 2 idle cores) and start llama-server with SmolLM2-135M-Instruct.
 

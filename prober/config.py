@@ -15,9 +15,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from prober.errors import ConfigError
-from prober.urls import check_base_url
 from prober.redact import is_credential_header
 from prober.tomlfile import read_toml, validation_error
+from prober.urls import check_base_url
 
 DEFAULT_CONFIG_NAME = "prober.toml"
 LOCAL_PORT = 8080
@@ -83,7 +83,7 @@ class TargetConfig(_Strict):
         return None if url is None else check_base_url(url)
 
     @model_validator(mode="after")
-    def _needs_url(self) -> "TargetConfig":
+    def _needs_url(self) -> TargetConfig:
         if self.emulator is None and not self.base_url:
             raise ValueError("base_url is required (or set [targets.NAME.emulator] for the bundled emulator)")
         return self
@@ -177,7 +177,7 @@ class SinkConfig(_Strict):
                                                       "renewed by every run while it keeps firing")
 
     @model_validator(mode="after")
-    def _check(self) -> "SinkConfig":
+    def _check(self) -> SinkConfig:
         if (self.url is None) == (self.url_env is None):
             raise ValueError("set exactly one of url and url_env")
         if self.kind == "webhook" and not self.secret_env:
@@ -241,13 +241,13 @@ class ProberConfig(_Strict):
     source: str = Field("<built-in defaults>", exclude=True)
 
     @model_validator(mode="after")
-    def _name_targets(self) -> "ProberConfig":
+    def _name_targets(self) -> ProberConfig:
         for name, target in self.targets.items():
             target.name = name
         return self
 
     @model_validator(mode="after")
-    def _unique_names(self) -> "ProberConfig":
+    def _unique_names(self) -> ProberConfig:
         for table, names in (("slo", [r.name for r in self.slo]), ("sinks", [s.name for s in self.sinks])):
             duplicates = sorted({n for n in names if names.count(n) > 1})
             if duplicates:

@@ -20,7 +20,7 @@ class RunProgress:
         self._next_id = 0
         self.retries = 0
 
-    def __enter__(self) -> "RunProgress":
+    def __enter__(self) -> RunProgress:
         if self.live:
             self._bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                   TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(),

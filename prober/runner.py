@@ -162,8 +162,8 @@ class Runner:
         try:
             with RunProgress(self.console, self.config.runner.progress) as progress:
                 for target in targets:
-                    reason = await self._run_target(store, run, suite, target, keys[target.name], budget, sink, progress,
-                                                    counter, sessions)
+                    reason = await self._run_target(store, run, suite, target, keys[target.name], budget, sink,
+                                                    progress, counter, sessions)
                     result.targets[target.name] = ("failed", reason) if reason else ("complete", None)
         except asyncio.CancelledError:
             if not interrupted:

@@ -26,7 +26,6 @@ from prober.retry import retry_delay, should_retry
 from prober.sink import SampleSink
 from prober.targets.base import TargetAdapter
 
-
 # The progress task that requests sent in this asyncio context count towards (see progress_task);
 # tasks a probe starts inside the block inherit it.
 _progress_task: contextvars.ContextVar[int | None] = contextvars.ContextVar("prober_progress_task", default=None)
@@ -49,7 +48,7 @@ class TargetGate:
     throttler: Throttler | None
 
     @classmethod
-    def for_target(cls, target: TargetConfig) -> "TargetGate":
+    def for_target(cls, target: TargetConfig) -> TargetGate:
         throttler = None
         if target.requests_per_second:
             # asyncio-throttle counts whole requests per period; a fractional rate becomes a longer period.

@@ -72,7 +72,7 @@ class SampleSink:
                 got, error = self._replies.get(timeout=_POLL_SECONDS)
             except queue.Empty:
                 if not self._process.is_alive():
-                    raise SinkError(f"the sample-sink process died (exit code {self._process.exitcode})")
+                    raise SinkError(f"the sample-sink process died (exit code {self._process.exitcode})") from None
                 if timeout is not None:
                     timeout -= _POLL_SECONDS
                     if timeout <= 0:

@@ -845,7 +845,7 @@ async def unreachable_reason(url: str, timeout: float) -> str | None:
     via = f" (the proxy for {origin.authority})" if proxy is not None else ""
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(hop.host, hop.port), timeout)
-    except (OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError) as exc:
         return f"cannot connect to {hop.host}:{hop.port}{via} ({type(exc).__name__}: {exc or 'timed out'})"
     writer.close()
     return None

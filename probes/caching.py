@@ -119,7 +119,7 @@ class CachingParams(ProbeParams):
         return {**DOCUMENTED_MIN_PREFIX, **value} if isinstance(value, dict) else value
 
     @model_validator(mode="after")
-    def _lookback_fits(self) -> "CachingParams":
+    def _lookback_fits(self) -> CachingParams:
         for n in self.lookback_blocks:
             if n < 2 or n % 2:
                 raise ValueError(f"lookback_blocks: {n} is not an even number >= 2 (blocks come in "

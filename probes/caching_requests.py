@@ -46,7 +46,7 @@ def cache_control(ttl: str) -> dict[str, Any]:
 
 def timestamp() -> str:
     """The volatile value: the kind of line that kills caches in production prompts."""
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds")
 
 
 def prefix_tools(seq: str, words: int = _TOOL_WORDS, edit: str = "") -> list[dict[str, Any]]:

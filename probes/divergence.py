@@ -30,7 +30,7 @@ import itertools
 import json
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -119,7 +119,7 @@ class DivergenceParams(ProbeParams):
         return names
 
     @model_validator(mode="after")
-    def _unique_names(self) -> "DivergenceParams":
+    def _unique_names(self) -> DivergenceParams:
         names = [p.name for p in self.selected_prompts()]
         if not names:
             raise ValueError("no prompts: select shipped prompts or add custom_prompts")
@@ -198,7 +198,7 @@ class DivergenceProbe(Probe):
         "semantic_divergence_rate", "field_agreement", "divergence_trend_p_value", "divergence_trend_z",
         "divergence_exact_p_value", "system_fingerprint_requests", "rejected_param_requests",
         "reference_modal_share"})
-    label_params = {"levels": "concurrency"}
+    label_params: ClassVar[dict[str, str]] = {"levels": "concurrency"}
     Params = DivergenceParams
 
     async def run(self, ctx: ProbeContext, params: DivergenceParams) -> None:  # type: ignore[override]
@@ -392,4 +392,4 @@ def output_token_pieces(row: dict[str, Any]) -> list[str] | None:
             or _reported_output_tokens(row.get("usage")) != len(chunks)):
         return None
     offsets = list(itertools.accumulate(chunks, initial=0))
-    return [text[start:end] for start, end in zip(offsets, offsets[1:])]
+    return [text[start:end] for start, end in itertools.pairwise(offsets)]

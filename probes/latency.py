@@ -7,9 +7,10 @@ a nonce so that no prefix cache can flatter the numbers.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
@@ -52,7 +53,7 @@ def output_tokens(row: dict[str, Any]) -> int:
 
 def request_itl_ms(row: dict[str, Any]) -> list[float]:
     offsets = row.get("chunk_offsets_ms") or []
-    return [b - a for a, b in zip(offsets, offsets[1:])]
+    return [b - a for a, b in itertools.pairwise(offsets)]
 
 
 @register
@@ -63,7 +64,7 @@ class LatencyProbe(Probe):
         *(f"ttft_p{q}_ms" for q in (50, 90, 99)), "headers_p50_ms", *(f"itl_p{q}_ms" for q in (50, 99)),
         *(f"e2e_p{q}_ms" for q in (50, 99)), "output_tps_per_request_p50", "output_tps_total", "error_rate",
         "goodput", "knee_concurrency", "service_tier_requests"})
-    label_params = {"levels": "concurrency"}
+    label_params: ClassVar[dict[str, str]] = {"levels": "concurrency"}
     Params = LatencyParams
 
     async def run(self, ctx: ProbeContext, params: LatencyParams) -> None:  # type: ignore[override]

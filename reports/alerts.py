@@ -204,7 +204,8 @@ def deliver_outbox(store: Any, sinks: list[Sink]) -> list[Delivery]:
                 sink.send(event)
             except DeliveryError as exc:
                 store.record_delivery(pending["id"], sink.name, None, str(exc))
-                done.append(Delivery(sink.name, pending["id"], pending["status"], pending["alert_key"], False, str(exc)))
+                done.append(Delivery(sink.name, pending["id"], pending["status"], pending["alert_key"], False,
+                                     str(exc)))
                 break
             store.record_delivery(pending["id"], sink.name, utcnow())
             done.append(Delivery(sink.name, pending["id"], pending["status"], pending["alert_key"], True))

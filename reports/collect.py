@@ -39,7 +39,7 @@ def parse_since(text: str | None, now: dt.datetime | None = None) -> dt.datetime
     except ValueError:
         raise ConfigError(f"--since {text!r}: expected a duration such as 30d, 12h, 2w or 90m, "
                           f"or a date such as 2026-01-31") from None
-    return when.replace(tzinfo=dt.timezone.utc) if when.tzinfo is None else when.astimezone(dt.timezone.utc)
+    return when.replace(tzinfo=dt.UTC) if when.tzinfo is None else when.astimezone(dt.UTC)
 
 
 @dataclass

@@ -35,7 +35,7 @@ def spreadsheet_safe(value: Any) -> Any:
     return value
 
 
-def _frame(rows: list[dict[str, Any]]) -> "pandas.DataFrame":
+def _frame(rows: list[dict[str, Any]]) -> pandas.DataFrame:
     import pandas as pd
 
     frame = pd.DataFrame(rows)
@@ -45,7 +45,7 @@ def _frame(rows: list[dict[str, Any]]) -> "pandas.DataFrame":
     return frame
 
 
-def _spreadsheet_safe(frame: "pandas.DataFrame") -> "pandas.DataFrame":
+def _spreadsheet_safe(frame: pandas.DataFrame) -> pandas.DataFrame:
     safe = frame.copy()
     for column in safe.select_dtypes(include=["object", "string"]).columns:
         safe[column] = safe[column].map(spreadsheet_safe)

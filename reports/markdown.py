@@ -12,9 +12,9 @@ import datetime as dt
 import re
 
 from prober.controlchars import escape_controls
+from prober.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
 from reports.collect import LatestMetric, Report, Section
 from reports.plots import Plot, label_text
-from prober.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
 from reports.svg import fmt, interval_text
 
 # Next to a flagged value; the legend under the table says why it is never judged.

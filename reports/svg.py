@@ -92,7 +92,7 @@ class _XScale:
         if self.kind == "time":
             chosen = self.values if len(self.values) <= 5 else [
                 self.values[round(i * (len(self.values) - 1) / 4)] for i in range(5)]
-            return [(self._pixel(v), dt.datetime.fromtimestamp(v, dt.timezone.utc).strftime("%m-%d %H:%M"))
+            return [(self._pixel(v), dt.datetime.fromtimestamp(v, dt.UTC).strftime("%m-%d %H:%M"))
                     for v in dict.fromkeys(chosen)]
         if len(self.values) <= 10:
             return [(self._pixel(v), fmt(2 ** v if self.kind == "log2" else v)) for v in self.values]
@@ -128,7 +128,7 @@ def render(plot: Plot) -> str:
              f'font-family="sans-serif" font-size="11">',
              f'<rect x="{x0}" y="{y0}" width="{x1 - x0}" height="{y1 - y0}" fill="#fff" stroke="#999"/>']
     step = _nice_step(y_high - y_low)
-    for i in range(int(round((y_high - y_low) / step)) + 1):
+    for i in range(round((y_high - y_low) / step) + 1):
         value = y_low + i * step
         y = y_pixel(value)
         parts.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{x1}" y2="{y:.1f}" stroke="#eee"/>'

@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 class UTCDateTime(sa.types.TypeDecorator):

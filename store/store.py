@@ -21,8 +21,20 @@ from prober.redact import redact_text, redact_value
 from store.engine import open_engine, redacted, write_transaction
 from store.migrations import migrate
 from store.rows import metric_row, run_row
-from store.schema import (ALERT_STATES, RUN_STATUSES, TARGET_STATUSES, alert_deliveries, alert_events, alerts,
-                          metrics, run_entries, run_targets, runs, samples, store_identity)
+from store.schema import (
+    ALERT_STATES,
+    RUN_STATUSES,
+    TARGET_STATUSES,
+    alert_deliveries,
+    alert_events,
+    alerts,
+    metrics,
+    run_entries,
+    run_targets,
+    runs,
+    samples,
+    store_identity,
+)
 from store.writer import SampleWriteError, SampleWriter
 
 if TYPE_CHECKING:
@@ -46,7 +58,7 @@ class Store:
         self._reserve: Path | None = None
 
     @classmethod
-    def open(cls, url: str, *, sqlite_busy_timeout: float = 30.0) -> "Store":
+    def open(cls, url: str, *, sqlite_busy_timeout: float = 30.0) -> Store:
         """Connect, create or upgrade the schema; ConfigError (one line, naming the url) if impossible."""
         engine = open_engine(url, sqlite_busy_timeout=sqlite_busy_timeout)
         try:
@@ -121,7 +133,7 @@ class Store:
         if errors:
             raise errors[0]
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -230,7 +242,8 @@ class Store:
         if target is not None:
             query = query.where(run_entries.c.target == target)
         with self._engine.connect() as conn:
-            return [dict(row._mapping) for row in conn.execute(query.order_by(run_entries.c.target, run_entries.c.entry))]
+            ordered = query.order_by(run_entries.c.target, run_entries.c.entry)
+            return [dict(row._mapping) for row in conn.execute(ordered)]
 
     def list_runs(self, limit: int = 20, suite: str | None = None, target: str | None = None) -> list[dict[str, Any]]:
         """Newest first, each with `sample_count`, `error_count` (samples with an error type) and
@@ -308,7 +321,7 @@ class Store:
             return [dict(row._mapping) for row in conn.execute(query)]
 
     def samples_frame(self, run_id: str, probe: str | None = None, target: str | None = None,
-                      expand: Iterable[str] = ("labels",)) -> "pandas.DataFrame":
+                      expand: Iterable[str] = ("labels",)) -> pandas.DataFrame:
         """The samples as a DataFrame. Each JSON object column named in `expand` also becomes one
         column per key, named `column.key` (e.g. `labels.concurrency`, `usage.output_tokens`)."""
         import pandas as pd
@@ -549,7 +562,7 @@ def _proc_stat(pid: int) -> tuple[str, dt.datetime | None] | None:
         return state, None
     ticks_after_boot = int(fields[19])   # field 22, starttime
     started = boot + ticks_after_boot / os.sysconf("SC_CLK_TCK")
-    return state, dt.datetime.fromtimestamp(started, dt.timezone.utc)
+    return state, dt.datetime.fromtimestamp(started, dt.UTC)
 
 
 def _check_target_status(status: str) -> None:

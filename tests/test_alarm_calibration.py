@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-import alarm_calibration as bench  # noqa: E402
+import alarm_calibration as bench
 
 
 @pytest.mark.timeout(600)

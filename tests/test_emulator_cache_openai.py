@@ -84,7 +84,7 @@ def test_volatile_value_at_the_start_never_reads() -> None:
 
 def test_key_includes_model_and_prompt_cache_key() -> None:
     system = words(1500)
-    usages, truth = serve([chat(system, prompt_cache_key="tenant-a"), chat(system, prompt_cache_key="tenant-a"),
+    usages, _truth = serve([chat(system, prompt_cache_key="tenant-a"), chat(system, prompt_cache_key="tenant-a"),
                            chat(system, prompt_cache_key="tenant-b"), chat(system, prompt_cache_key="tenant-a",
                                                                            model="gpt-emu-2")])
     assert [cached(u) for u in usages] == [0, 1408, 0, 0]

@@ -33,7 +33,7 @@ from tests.support.cli import prober
 SCRIPT = "<script>alert(1)</script>"
 IMG = '"><img src=x onerror=alert(2)>'
 EVIL_TARGET = 'evil"><img src=x onerror=alert(3)>'
-NOW = dt.datetime.now(dt.timezone.utc)
+NOW = dt.datetime.now(dt.UTC)
 
 
 def _config(tmp: Path) -> ProberConfig:
@@ -282,10 +282,10 @@ def test_markdown_escaping_helpers():
 
 
 def test_parse_since():
-    now = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
     assert parse_since("30d", now) == now - dt.timedelta(days=30)
     assert parse_since("12h", now) == now - dt.timedelta(hours=12)
-    assert parse_since("2026-02-01", now) == dt.datetime(2026, 2, 1, tzinfo=dt.timezone.utc)
+    assert parse_since("2026-02-01", now) == dt.datetime(2026, 2, 1, tzinfo=dt.UTC)
     with pytest.raises(ConfigError, match="--since 'yesterday'"):
         parse_since("yesterday", now)
 

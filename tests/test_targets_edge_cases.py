@@ -212,7 +212,8 @@ def test_every_resend_is_a_stored_attempt_charged_to_budget_and_rate_limit():
             budget = RunBudget(Budget())
             session = TargetSession(run_id="r", target=target, adapter=make_adapter(target, server.url, None),
                                     gate=TargetGate(asyncio.Semaphore(1), throttler), probe_name="p",
-                                    budget=budget, sink=sink, settings=RunnerConfig(), progress=RunProgress(Console(), enabled=False),
+                                    budget=budget, sink=sink, settings=RunnerConfig(),
+                                    progress=RunProgress(Console(), enabled=False),
                                     request_counter=itertools.count())
             t0 = time.monotonic()
             final = await session.send(ChatRequest(messages=USER, stream=False, sampling={"temperature": 0}),

@@ -355,7 +355,7 @@ class PromptCache:
                                 "matched_block": None, "wrote": False} for p in points]
         outcome.written_5m = outcome.written_1h = 0
         eligible = [n for n, p in enumerate(points) if bounds[p].tokens >= minimum]
-        for n, p in enumerate(points):
+        for n in range(len(points)):
             if n not in eligible:
                 outcome.breakpoints[n]["outcome"] = "below_minimum"
         if not self.config.enabled:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 
 def _utc(wall_ns: int) -> str:
-    return dt.datetime.fromtimestamp(wall_ns / 1e9, dt.timezone.utc).isoformat(timespec="microseconds")
+    return dt.datetime.fromtimestamp(wall_ns / 1e9, dt.UTC).isoformat(timespec="microseconds")
 
 
 @dataclass

@@ -13,8 +13,8 @@ import json
 import json.scanner
 import re
 import traceback
-from time import perf_counter_ns
 from collections.abc import Awaitable, Callable
+from time import perf_counter_ns
 from typing import Any, ClassVar
 
 from prober.config import TargetConfig

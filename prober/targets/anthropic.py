@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from prober.records import ChatRequest, Exchange
 from prober.targets.adapter import (
@@ -158,7 +158,7 @@ class AnthropicAdapter(HTTPAdapter):
     protocol = "anthropic"
     endpoint = "/messages"
     decoder = AnthropicStreamDecoder
-    wire_names = {"stop": "stop_sequences"}
+    wire_names: ClassVar[dict[str, str]] = {"stop": "stop_sequences"}
 
     def _protocol_headers(self, api_key: str | None) -> dict[str, str]:
         headers = {"anthropic-version": self.target.anthropic_version}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 from prober.records import ChatRequest, Exchange
 from prober.targets.adapter import (
@@ -232,7 +232,7 @@ class OpenAIAdapter(HTTPAdapter):
     protocol = "openai"
     endpoint = "/chat/completions"
     decoder = OpenAIStreamDecoder
-    wire_names = {"stop_sequences": "stop"}
+    wire_names: ClassVar[dict[str, str]] = {"stop_sequences": "stop"}
 
     # Newer hosted models refuse `max_tokens` ("Use 'max_completion_tokens' instead"); older servers
     # and most self-hosted ones know only `max_tokens`. Start with the widely understood name and
