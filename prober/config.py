@@ -35,10 +35,9 @@ class Timeouts(_Strict):
 
 
 class Pricing(_Strict):
-    """Prices in currency units per million tokens, and the cache multipliers on the input price."""
+    """The cache multipliers on the input price. The caching probe's cost_multiplier is a ratio of
+    prompt costs with and without caching, in which the price per token cancels out."""
 
-    input_per_mtok: float = Field(0.0, ge=0)
-    output_per_mtok: float = Field(0.0, ge=0)
     cache_write_5m: float = Field(1.25, ge=0)
     cache_write_1h: float = Field(2.0, ge=0)
     cache_read: float = Field(0.1, ge=0)

@@ -3,7 +3,7 @@
 A probe builds requests and decides what its samples mean. It never opens a socket: it sends
 through the `ProbeContext` the runner gives it, which applies the target's rate limit, retries,
 the run budget and progress, and stores every attempt. After the run, `summarize` turns the stored
-sample rows (dicts as returned by `store.Store.samples`) into Metric rows; because it reads stored
+sample rows (`SampleRow`s as returned by `store.Store.samples`) into Metric rows; because it reads stored
 rows, a past run can be re-summarized.
 """
 
@@ -12,13 +12,13 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from prober import stats
 from prober.config import TargetConfig
-from prober.records import ChatRequest, Exchange, Metric
+from prober.records import ChatRequest, Exchange, Metric, SampleRow
 
 
 class ProbeParams(BaseModel):
@@ -51,12 +51,19 @@ class ProbeContext(Protocol):
         progress is shown under `title`."""
 
 
-class Probe(abc.ABC):
+P = TypeVar("P", bound=ProbeParams)
+
+
+class Probe(abc.ABC, Generic[P]):
+    """A probe family, generic over its parameter model P: `run` and `summarize` receive the
+    validated `Params` instance."""
+
     name: ClassVar[str]
     # Bump when a change makes tonight's metrics incomparable with last night's for the same
     # parameters (what is sent, what is counted, how a metric is computed): drift baselines only
     # take runs of the same version. Refactors and new metrics leave it alone.
     version: ClassVar[int] = 1
+    # The model P itself, for validating a suite entry (a ClassVar cannot name a type variable).
     Params: ClassVar[type[ProbeParams]]
     # Every metric name `summarize` can produce, known without running anything (SLO rules are
     # checked against them at load). None: not declared (SLO rules on it go unchecked).
@@ -67,11 +74,11 @@ class Probe(abc.ABC):
     label_params: ClassVar[dict[str, str]] = {}
 
     @abc.abstractmethod
-    async def run(self, ctx: ProbeContext, params: ProbeParams) -> None:
+    async def run(self, ctx: ProbeContext, params: P) -> None:
         """Sample the endpoint; every Exchange goes to the store through ctx."""
 
     @abc.abstractmethod
-    def summarize(self, samples: Sequence[dict[str, Any]], params: ProbeParams, *, run_id: str,
+    def summarize(self, samples: Sequence[SampleRow], params: P, *, run_id: str,
                   target: str) -> list[Metric]:
         """Turn stored samples of one target into metrics."""
 
@@ -113,15 +120,16 @@ class MetricCollector:
         self.add(name, estimate.value, labels, estimate.n, unit, (estimate.low, estimate.high), flags)
 
 
-_REGISTRY: dict[str, type[Probe]] = {}
+_REGISTRY: dict[str, type[Probe[Any]]] = {}
+ProbeClass = TypeVar("ProbeClass", bound=type[Probe[Any]])
 
 
-def register(cls: type[Probe]) -> type[Probe]:
+def register(cls: ProbeClass) -> ProbeClass:
     _REGISTRY[cls.name] = cls
     return cls
 
 
-def get_probe(name: str) -> Probe:
+def get_probe(name: str) -> Probe[Any]:
     _load_builtin_probes()
     try:
         return _REGISTRY[name]()
@@ -143,11 +151,6 @@ def all_metric_names() -> set[str] | None:
 
 # Added by the runner beside every measured loop (prober/runner.py, client honesty).
 RUNNER_METRIC_NAMES = frozenset({"client_loop_lag_p99_ms", "client_saturated"})
-
-
-def probe_names() -> list[str]:
-    _load_builtin_probes()
-    return sorted(_REGISTRY)
 
 
 def _load_builtin_probes() -> None:

@@ -37,7 +37,7 @@ from pydantic import Field, field_validator, model_validator
 
 from prober import stats
 from prober.config import Pricing
-from prober.records import ChatRequest, Exchange, Metric
+from prober.records import ChatRequest, Exchange, Metric, SampleRow
 from probes import caching_requests as rq
 from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
 from probes.prompts import nonce
@@ -148,7 +148,7 @@ def _details(usage: dict[str, Any]) -> dict[str, Any]:
     return details if isinstance(details, dict) else {}
 
 
-def reported_read(row: dict[str, Any]) -> int | None:
+def reported_read(row: SampleRow) -> int | None:
     """Cache-read tokens exactly as reported; None when the field is absent."""
     usage = row.get("usage") or {}
     if row.get("protocol") == "anthropic":
@@ -156,7 +156,7 @@ def reported_read(row: dict[str, Any]) -> int | None:
     return _int(_details(usage).get("cached_tokens"))
 
 
-def reported_write(row: dict[str, Any]) -> int | None:
+def reported_write(row: SampleRow) -> int | None:
     """Cache-write tokens as reported (Anthropic cache_creation_input_tokens, OpenAI
     prompt_tokens_details.cache_write_tokens); None when absent."""
     usage = row.get("usage") or {}
@@ -165,7 +165,7 @@ def reported_write(row: dict[str, Any]) -> int | None:
     return _int(_details(usage).get("cache_write_tokens"))
 
 
-def prompt_total(row: dict[str, Any]) -> int | None:
+def prompt_total(row: SampleRow) -> int | None:
     """All prompt tokens. Anthropic: input_tokens (the uncached remainder) + creation + read, an
     absent cache field adding nothing; OpenAI: prompt_tokens, which includes cached_tokens."""
     usage = row.get("usage") or {}
@@ -183,10 +183,10 @@ class CacheReads:
     when it is 0); when it never reports it, every read is unknown: "cache reporting unavailable",
     not zero hits."""
 
-    def __init__(self, rows: Sequence[dict[str, Any]]) -> None:
+    def __init__(self, rows: Sequence[SampleRow]) -> None:
         self.available = any(reported_read(r) is not None for r in rows if not r.get("error_type"))
 
-    def __call__(self, row: dict[str, Any]) -> int | None:
+    def __call__(self, row: SampleRow) -> int | None:
         if row.get("error_type") or not row.get("usage"):
             return None
         read = reported_read(row)
@@ -195,7 +195,7 @@ class CacheReads:
         return read
 
 
-def cost_multiplier(rows: Sequence[dict[str, Any]], reads: CacheReads, write_multiplier: float,
+def cost_multiplier(rows: Sequence[SampleRow], reads: CacheReads, write_multiplier: float,
                     read_multiplier: float) -> tuple[float | None, str]:
     """Prompt cost of one sequence (rows in send order) with caching over its cost without:
     uncached tokens at 1x, writes at `write_multiplier`, reads at `read_multiplier`. Output tokens
@@ -235,7 +235,7 @@ def classify_tier(read: int | None, boundaries: dict[str, float], hit_min: int) 
 # --- the probe -------------------------------------------------------------------------------------
 
 @register
-class CachingProbe(Probe):
+class CachingProbe(Probe[CachingParams]):
     name = "caching"
     version = 1
     metric_names = frozenset({
@@ -249,7 +249,7 @@ class CachingProbe(Probe):
         "timing_mismatch"})
     Params = CachingParams
 
-    async def run(self, ctx: ProbeContext, params: CachingParams) -> None:  # type: ignore[override]
+    async def run(self, ctx: ProbeContext, params: CachingParams) -> None:
         session = _Session(ctx, params)
         for case in params.cases:
             if case in ANTHROPIC_ONLY and ctx.target.protocol != "anthropic":
@@ -257,7 +257,7 @@ class CachingProbe(Probe):
             with ctx.progress_task(f"caching {case}"):
                 await getattr(session, case)()
 
-    def summarize(self, samples: Sequence[dict[str, Any]], params: CachingParams, *,  # type: ignore[override]
+    def summarize(self, samples: Sequence[SampleRow], params: CachingParams, *,
                   run_id: str, target: str) -> list[Metric]:
         rows = [r for r in samples if r.get("probe") == self.name and r.get("final", True)]
         return _Summary(rows, params, run_id=run_id, target=target, probe=self.name).metrics()
@@ -421,7 +421,7 @@ class _Session:
             await self.ctx.send(self._sequence(seq, i), case="ttl", labels={**labels, "role": role, "index": i})
 
 
-def _as_row(exchange: Exchange) -> dict[str, Any]:
+def _as_row(exchange: Exchange) -> SampleRow:
     """The fields of an Exchange the usage readers look at, shaped like a stored row."""
     return {"protocol": exchange.protocol, "usage": exchange.usage, "error_type": exchange.error_type}
 
@@ -429,13 +429,13 @@ def _as_row(exchange: Exchange) -> dict[str, Any]:
 # --- summary ---------------------------------------------------------------------------------------
 
 class _Summary:
-    def __init__(self, rows: list[dict[str, Any]], params: CachingParams, *, run_id: str, target: str,
+    def __init__(self, rows: list[SampleRow], params: CachingParams, *, run_id: str, target: str,
                  probe: str) -> None:
         self.rows = rows
         self.p = params
         self.reads = CacheReads(rows)
         self.collected = MetricCollector(run_id=run_id, target=target, probe=probe)
-        self.by_case: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.by_case: dict[str, list[SampleRow]] = defaultdict(list)
         for row in rows:
             self.by_case[row["case"]].append(row)
 
@@ -446,7 +446,7 @@ class _Summary:
     def share(self, name: str, successes: int, n: int, labels: dict[str, Any]) -> None:
         self.collected.share(name, successes, n, labels)
 
-    def hit(self, row: dict[str, Any]) -> bool | None:
+    def hit(self, row: SampleRow) -> bool | None:
         read = self.reads(row)
         return None if read is None else read >= self.p.hit_min_tokens
 
@@ -478,7 +478,7 @@ class _Summary:
                  n=len(pairs), unit="ratio")
         self.collected.percentile("cached_tokens_p50", [read for read, _ in pairs], 50, labels, "tokens")
 
-    def _repeat(self, rows: list[dict[str, Any]]) -> None:
+    def _repeat(self, rows: list[SampleRow]) -> None:
         labels = {"case": "repeat"}
         self._hits_and_fraction(rows, labels)
         ok = [r for r in rows if not r.get("error_type")]
@@ -498,15 +498,15 @@ class _Summary:
             self.add("cost_multiplier", value, {**labels, "ttl": first_labels["ttl"], "writes": writes},
                      n=len(seq_rows), unit="ratio")
 
-    def _volatile(self, rows: list[dict[str, Any]]) -> None:
-        by_position: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    def _volatile(self, rows: list[SampleRow]) -> None:
+        by_position: dict[str, list[SampleRow]] = defaultdict(list)
         for row in rows:
             by_position[row["labels"]["position"]].append(row)
         for position in rq.VOLATILE_POSITIONS:
             if by_position.get(position):
                 self._hits_and_fraction(by_position[position], {"case": "volatile", "position": position})
 
-    def _lookback(self, rows: list[dict[str, Any]]) -> None:
+    def _lookback(self, rows: list[SampleRow]) -> None:
         reads_previous: dict[tuple[str, int], bool | None] = {}
         for seq_rows in _by_sequence(rows).values():
             roles = {r["labels"]["role"]: r for r in seq_rows}
@@ -537,7 +537,7 @@ class _Summary:
         else:
             self.add("extra_breakpoints_recover", None, labels, n=0, unit="ratio")
 
-    def _min_prefix(self, rows: list[dict[str, Any]]) -> None:
+    def _min_prefix(self, rows: list[SampleRow]) -> None:
         labels = {"case": "min_prefix"}
         tried: list[tuple[int, bool]] = []
         for seq_rows in _by_sequence(rows).values():
@@ -564,7 +564,7 @@ class _Summary:
                 agrees = float((largest_miss is None or largest_miss < documented) and documented <= smallest)
         self.add("min_prefix_agrees", agrees, labels, n=len(tried), unit="bool")
 
-    def _fanout(self, rows: list[dict[str, Any]]) -> None:
+    def _fanout(self, rows: list[SampleRow]) -> None:
         for pattern in ("simultaneous", "staggered"):
             members = [r for r in rows if r["labels"]["pattern"] == pattern]
             if not members:
@@ -584,7 +584,7 @@ class _Summary:
                 waits = [r["labels"].get("wait_ms") for r in followers if r["labels"].get("wait_ms") is not None]
                 self.collected.percentile("stagger_wait_ms", waits, 50, labels, "ms")
 
-    def _tiers(self, rows: list[dict[str, Any]]) -> None:
+    def _tiers(self, rows: list[SampleRow]) -> None:
         matches = []
         for seq_rows in _by_sequence(rows).values():
             base = next((r for r in seq_rows if r["labels"]["change"] == "base"), None)
@@ -615,7 +615,7 @@ class _Summary:
                          n=1, unit="bool")
         self.share("tier_match_rate", sum(matches), len(matches), {"case": "tiers"})
 
-    def _ttl(self, rows: list[dict[str, Any]]) -> None:
+    def _ttl(self, rows: list[SampleRow]) -> None:
         for seq_rows in _by_sequence(rows).values():
             roles = {r["labels"]["role"]: r for r in seq_rows}
             labels = {"case": "ttl", "ttl": seq_rows[0]["labels"]["ttl"]}
@@ -677,7 +677,7 @@ class _Summary:
         return off
 
 
-def usage_problems(row: dict[str, Any]) -> list[str]:
+def usage_problems(row: SampleRow) -> list[str]:
     """What is wrong with one sample's usage on its own: negative or non-integer counts, and
     OpenAI cached_tokens above prompt_tokens."""
     usage = row.get("usage") or {}
@@ -700,8 +700,8 @@ def usage_problems(row: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _by_sequence(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def _by_sequence(rows: Sequence[SampleRow]) -> dict[str, list[SampleRow]]:
+    groups: dict[str, list[SampleRow]] = defaultdict(list)
     for row in rows:
         groups[row["labels"].get("sequence", "")].append(row)
     return groups

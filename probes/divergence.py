@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from prober import stats
-from prober.records import ChatRequest, Metric
+from prober.records import ChatRequest, Metric, SampleRow
 from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
 from probes.prompts import filler_words, nonce
 
@@ -187,7 +187,7 @@ async def background_load(ctx: ProbeContext, params: DivergenceParams, level: in
 
 
 @register
-class DivergenceProbe(Probe):
+class DivergenceProbe(Probe[DivergenceParams]):
     name = "divergence"
     # 2: divergence is measured against a separate reference sample, not the lowest level's mode.
     version = 2
@@ -201,7 +201,7 @@ class DivergenceProbe(Probe):
     label_params: ClassVar[dict[str, str]] = {"levels": "concurrency"}
     Params = DivergenceParams
 
-    async def run(self, ctx: ProbeContext, params: DivergenceParams) -> None:  # type: ignore[override]
+    async def run(self, ctx: ProbeContext, params: DivergenceParams) -> None:
         prompts = params.selected_prompts()
         for prompt in prompts:
             await ctx.closed_loop(
@@ -218,15 +218,15 @@ class DivergenceProbe(Probe):
                         case=prompt.name, labels={"concurrency": level, "prompt": prompt.name, "phase": "measure"},
                         title=f"divergence {prompt.name} c={level}")
 
-    def summarize(self, samples: Sequence[dict[str, Any]], params: DivergenceParams, *,  # type: ignore[override]
+    def summarize(self, samples: Sequence[SampleRow], params: DivergenceParams, *,
                   run_id: str, target: str) -> list[Metric]:
         final = [r for r in samples if r.get("probe") == self.name and r.get("final", True)]
         measured = [r for r in final if (r.get("labels") or {}).get("phase") == "measure"]
-        by_prompt: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+        by_prompt: dict[str, dict[int, list[SampleRow]]] = defaultdict(lambda: defaultdict(list))
         for row in measured:
             labels = row["labels"]
             by_prompt[str(labels["prompt"])][int(labels["concurrency"])].append(row)
-        reference_rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        reference_rows: dict[str, list[SampleRow]] = defaultdict(list)
         for row in final:
             if row["labels"].get("phase") == "reference" and not row.get("error_type"):
                 reference_rows[str(row["labels"]["prompt"])].append(row)
@@ -296,7 +296,7 @@ class DivergenceProbe(Probe):
         return metrics
 
 
-def first_divergence_positions(differing: list[dict[str, Any]], reference: dict[str, Any]
+def first_divergence_positions(differing: list[SampleRow], reference: SampleRow
                                ) -> tuple[list[int], list[int]]:
     """Where each differing output parts from the reference: in characters (of the stored text),
     and in tokens for the outputs whose tokens are known, when the reference's are too."""
@@ -312,7 +312,7 @@ def first_divergence_positions(differing: list[dict[str, Any]], reference: dict[
     return chars, tokens
 
 
-def json_agreement(ok: list[dict[str, Any]], reference: Any) -> list[tuple[str, int, dict[str, Any]]]:
+def json_agreement(ok: list[SampleRow], reference: Any) -> list[tuple[str, int, dict[str, Any]]]:
     """(metric name, outputs that count, extra labels) for a JSON prompt: outputs that parse, that
     mean the same as the reference (its parsed value), and that agree with it field by field."""
     parsed = [parse_json(r.get("output_text")) for r in ok]
@@ -339,7 +339,7 @@ def parse_json(text: str | None) -> Any:
         return _INVALID
 
 
-def _modal_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _modal_row(rows: list[SampleRow]) -> SampleRow | None:
     """The first row carrying the most common output (ties go to the output seen first)."""
     if not rows:
         return None
@@ -348,7 +348,7 @@ def _modal_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return next(r for r in rows if counts[r["output_sha256"]] == top)
 
 
-def _modal_json(rows: list[dict[str, Any]]) -> Any:
+def _modal_json(rows: list[SampleRow]) -> Any:
     """The most common parsed JSON value among the rows whose output parses; _INVALID if none."""
     canonical = Counter()
     values: dict[str, Any] = {}
@@ -378,7 +378,7 @@ def _reported_output_tokens(usage: dict[str, Any] | None) -> int | None:
     return None
 
 
-def output_token_pieces(row: dict[str, Any]) -> list[str] | None:
+def output_token_pieces(row: SampleRow) -> list[str] | None:
     """The output split into its tokens: from logprobs when the endpoint returned them, else from
     the stream's chunks when it sent exactly one token per chunk (the chunk count equals the
     reported output tokens); None when neither tells."""

@@ -10,12 +10,12 @@ from __future__ import annotations
 import itertools
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import Field, field_validator
 
 from prober import stats
-from prober.records import ChatRequest, Metric
+from prober.records import ChatRequest, Metric, SampleRow
 from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
 from probes.prompts import filler_words, nonce
 
@@ -42,7 +42,7 @@ class LatencyParams(ProbeParams):
         return sorted(set(levels))
 
 
-def output_tokens(row: dict[str, Any]) -> int:
+def output_tokens(row: SampleRow) -> int:
     """Output tokens as the wire reported them; the count of content chunks when it did not."""
     usage = row.get("usage") or {}
     for key in ("output_tokens", "completion_tokens"):
@@ -51,13 +51,13 @@ def output_tokens(row: dict[str, Any]) -> int:
     return len(row.get("chunk_offsets_ms") or [])
 
 
-def request_itl_ms(row: dict[str, Any]) -> list[float]:
+def request_itl_ms(row: SampleRow) -> list[float]:
     offsets = row.get("chunk_offsets_ms") or []
     return [b - a for a, b in itertools.pairwise(offsets)]
 
 
 @register
-class LatencyProbe(Probe):
+class LatencyProbe(Probe[LatencyParams]):
     name = "latency"
     version = 1
     metric_names = frozenset({
@@ -67,7 +67,7 @@ class LatencyProbe(Probe):
     label_params: ClassVar[dict[str, str]] = {"levels": "concurrency"}
     Params = LatencyParams
 
-    async def run(self, ctx: ProbeContext, params: LatencyParams) -> None:  # type: ignore[override]
+    async def run(self, ctx: ProbeContext, params: LatencyParams) -> None:
         filler = filler_words(params.input_tokens)
 
         def make_request(_: int) -> ChatRequest:
@@ -89,9 +89,9 @@ class LatencyProbe(Probe):
                                   labels={"concurrency": level, "phase": "measure"},
                                   title=f"latency c={level}")
 
-    def summarize(self, samples: Sequence[dict[str, Any]], params: LatencyParams, *,  # type: ignore[override]
+    def summarize(self, samples: Sequence[SampleRow], params: LatencyParams, *,
                   run_id: str, target: str) -> list[Metric]:
-        by_level: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        by_level: dict[int, list[SampleRow]] = defaultdict(list)
         for row in samples:
             labels = row.get("labels") or {}
             if row.get("probe") == self.name and labels.get("phase") == "measure" and row.get("final", True):
@@ -165,7 +165,7 @@ def find_knee(ttft_p50_by_level: dict[int, float], factor: float = 2.0) -> float
     return None
 
 
-def _meets_thresholds(row: dict[str, Any], params: LatencyParams) -> bool:
+def _meets_thresholds(row: SampleRow, params: LatencyParams) -> bool:
     ttft = row.get("ttft_ms")
     if ttft is None or ttft > params.ttft_threshold_ms:
         return False
@@ -173,7 +173,7 @@ def _meets_thresholds(row: dict[str, Any], params: LatencyParams) -> bool:
     return not gaps or sum(gaps) / len(gaps) <= params.itl_threshold_ms
 
 
-def _total_throughput(rows: list[dict[str, Any]]) -> float | None:
+def _total_throughput(rows: list[SampleRow]) -> float | None:
     """Output tokens of all successful requests over the level's wall-clock span."""
     spans = [(r["started_at"], r["end_ms"]) for r in rows if r.get("started_at") and r.get("end_ms")]
     if not spans:

@@ -68,7 +68,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from prober import stats
-from prober.records import ChatRequest, Metric
+from prober.records import ChatRequest, Metric, SampleRow
 from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
 from probes.divergence import common_prefix_length
 from probes.penalty_analysis import CONSTRAINED_MODES, PenaltyAnalysis, analyse_records
@@ -232,7 +232,7 @@ def build_request(cell: Cell, params: PenaltyParams, protocol: str) -> ChatReque
     return request
 
 
-def answer_text(row: dict[str, Any]) -> str:
+def answer_text(row: SampleRow) -> str:
     """What the model answered: the forced tool call's input JSON in tool mode, else the text."""
     if (row.get("labels") or {}).get("mode") == "tool":
         for call in row.get("tool_calls") or []:
@@ -242,7 +242,7 @@ def answer_text(row: dict[str, Any]) -> str:
     return row.get("output_text") or ""
 
 
-def analyse_row(row: dict[str, Any]) -> PenaltyAnalysis:
+def analyse_row(row: SampleRow) -> PenaltyAnalysis:
     labels = row["labels"]
     return analyse_records(answer_text(row), int(labels["n_records"]), FIELD_NAMES, OPTIONAL_FIELDS,
                            row.get("finish_reason"), labels["mode"])
@@ -274,7 +274,7 @@ def ignored_check(explicit: Sequence[str], penalised: Sequence[str]) -> int | No
 
 
 @register
-class PenaltyProbe(Probe):
+class PenaltyProbe(Probe[PenaltyParams]):
     name = "penalty"
     version = 1
     metric_names = frozenset({
@@ -284,7 +284,7 @@ class PenaltyProbe(Probe):
         "penalty_effect", "penalty_effect_p", "penalty_ignored", "penalty_unsupported", "rejected_param_requests"})
     Params = PenaltyParams
 
-    async def run(self, ctx: ProbeContext, params: PenaltyParams) -> None:  # type: ignore[override]
+    async def run(self, ctx: ProbeContext, params: PenaltyParams) -> None:
         protocol = ctx.target.protocol
         cells = interleaved(grid(params, protocol))
         queue = iter(cells)
@@ -296,13 +296,13 @@ class PenaltyProbe(Probe):
         with ctx.progress_task("penalty grid", len(cells)):
             await asyncio.gather(*(worker() for _ in range(params.concurrency)))
 
-    def summarize(self, samples: Sequence[dict[str, Any]], params: PenaltyParams, *,  # type: ignore[override]
+    def summarize(self, samples: Sequence[SampleRow], params: PenaltyParams, *,
                   run_id: str, target: str) -> list[Metric]:
         rows = [r for r in samples if r.get("probe") == self.name and r.get("final", True)]
         collected = MetricCollector(run_id=run_id, target=target, probe=self.name)
         metrics, add, add_share = collected.metrics, collected.add, collected.share
 
-        cells: dict[Cell, list[dict[str, Any]]] = defaultdict(list)
+        cells: dict[Cell, list[SampleRow]] = defaultdict(list)
         for row in rows:
             labels = row["labels"]
             cells[Cell(labels["mode"], int(labels["n_records"]), float(labels["temperature"]),
@@ -379,7 +379,7 @@ class PenaltyProbe(Probe):
         return metrics
 
 
-def _refused(row: dict[str, Any], penalty: str, params: PenaltyParams) -> bool:
+def _refused(row: SampleRow, penalty: str, params: PenaltyParams) -> bool:
     """The endpoint refused this penalty under every name it was sent as."""
     rejected = set(row.get("rejected_params") or [])
     return all(field in rejected for field in penalty_fields(penalty, params))

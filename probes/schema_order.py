@@ -32,7 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from prober import stats
-from prober.records import ChatRequest, Exchange, Metric
+from prober.records import ChatRequest, Exchange, Metric, SampleRow
 from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams, register
 from suites.datasets import SHIPPED_SCHEMA_ORDER, LabelledItem, load_labelled_jsonl
 
@@ -253,7 +253,7 @@ def sequential_stop(correct: dict[tuple[int, str], bool], params: SchemaOrderPar
 
 
 @register
-class SchemaOrderProbe(Probe):
+class SchemaOrderProbe(Probe[SchemaOrderParams]):
     name = "schema_order"
     version = 1
     metric_names = frozenset({
@@ -262,7 +262,7 @@ class SchemaOrderProbe(Probe):
         "items_evaluated", "requests_saved", "sequential_stopped_early", "sequential_looks_used"})
     Params = SchemaOrderParams
 
-    async def run(self, ctx: ProbeContext, params: SchemaOrderParams) -> None:  # type: ignore[override]
+    async def run(self, ctx: ProbeContext, params: SchemaOrderParams) -> None:
         items = params.items()
         ends = params.look_ends(len(items))
         slots = asyncio.Semaphore(params.concurrency)
@@ -288,7 +288,7 @@ class SchemaOrderProbe(Probe):
             if sequential_stop(correct, params, len(items)) == look:
                 break
 
-    def summarize(self, samples: Sequence[dict[str, Any]], params: SchemaOrderParams, *,  # type: ignore[override]
+    def summarize(self, samples: Sequence[SampleRow], params: SchemaOrderParams, *,
                   run_id: str, target: str) -> list[Metric]:
         rows = [r for r in samples if r.get("probe") == self.name and r.get("final", True)]
         collected = MetricCollector(run_id=run_id, target=target, probe=self.name)

@@ -10,8 +10,8 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from prober.records import SampleRow
 from probes.penalty import analyse_row, answer_text
 from probes.schema_order import output_json_text
 from reports.plots import label_text
@@ -34,7 +34,7 @@ def _clip(text: str | None) -> str:
     return text if len(text) <= MAX_CHARS else text[:MAX_CHARS] + f"... ({len(text) - MAX_CHARS} more characters)"
 
 
-def _example(row: dict[str, Any], why: str, text: str | None) -> Example:
+def _example(row: SampleRow, why: str, text: str | None) -> Example:
     return Example(probe=row["probe"], case=row["case"], labels=label_text(row.get("labels")), why=why,
                    text=_clip(text))
 
@@ -47,7 +47,7 @@ def _parses(text: str | None) -> bool:
     return True
 
 
-def _corrupted(rows: Sequence[dict[str, Any]]) -> list[Example]:
+def _corrupted(rows: Sequence[SampleRow]) -> list[Example]:
     """Penalty answers the probe's own analysis calls corrupted, with where they first went wrong."""
     found = []
     for row in rows:
@@ -62,9 +62,9 @@ def _corrupted(rows: Sequence[dict[str, Any]]) -> list[Example]:
     return found
 
 
-def _divergent(rows: Sequence[dict[str, Any]]) -> list[Example]:
+def _divergent(rows: Sequence[SampleRow]) -> list[Example]:
     """Outputs unlike the most common output of their case (the same prompt at any concurrency)."""
-    by_case: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_case: dict[str, list[SampleRow]] = defaultdict(list)
     for row in rows:
         by_case[row["case"]].append(row)
     found, seen = [], set()
@@ -77,9 +77,9 @@ def _divergent(rows: Sequence[dict[str, Any]]) -> list[Example]:
     return found
 
 
-def pick_examples(samples: Sequence[dict[str, Any]]) -> list[Example]:
+def pick_examples(samples: Sequence[SampleRow]) -> list[Example]:
     """Up to MAX_EXAMPLES per kind, per probe, from one run's samples of one target."""
-    by_probe: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_probe: dict[str, list[SampleRow]] = defaultdict(list)
     for row in samples:
         if row.get("final", True):
             by_probe[row["probe"]].append(row)

@@ -11,12 +11,12 @@ import os
 import socket
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 
 from prober.errors import ConfigError
-from prober.records import Metric, Run, utcnow
+from prober.records import Metric, Run, SampleRow, utcnow
 from prober.redact import redact_text, redact_value
 from store.engine import open_engine, redacted, write_transaction
 from store.migrations import migrate
@@ -308,7 +308,7 @@ class Store:
         return writer
 
     def samples(self, run_id: str, probe: str | None = None, target: str | None = None,
-                entry: str | None = None) -> list[dict[str, Any]]:
+                entry: str | None = None) -> list[SampleRow]:
         """The run's samples in the order they were written."""
         query = sa.select(samples).where(samples.c.run_id == run_id).order_by(samples.c.id)
         if probe is not None:
@@ -318,7 +318,7 @@ class Store:
         if entry is not None:
             query = query.where(samples.c.entry == entry)
         with self._engine.connect() as conn:
-            return [dict(row._mapping) for row in conn.execute(query)]
+            return [cast(SampleRow, dict(row._mapping)) for row in conn.execute(query)]
 
     def samples_frame(self, run_id: str, probe: str | None = None, target: str | None = None,
                       expand: Iterable[str] = ("labels",)) -> pandas.DataFrame:
