@@ -208,8 +208,11 @@ def cost_multiplier(rows: Sequence[SampleRow], reads: CacheReads, write_multipli
     """
     cost = baseline = 0.0
     assumed = False
-    known = [(row, prompt_total(row), reads(row)) for row in rows]
-    known = [(row, total, read) for row, total, read in known if total is not None and read is not None]
+    known: list[tuple[SampleRow, int, int]] = []
+    for row in rows:
+        total, read = prompt_total(row), reads(row)
+        if total is not None and read is not None:
+            known.append((row, total, read))
     for i, (row, total, read) in enumerate(known):
         write = reported_write(row)
         if write is None:
@@ -329,7 +332,7 @@ class _Session:
             labels: dict[str, Any] = {"sequence": seq, "target_tokens": tokens, "words": words}
             counted = await self.ctx.count_tokens(request(0)) if baseline[0] == "count_tokens" else None
             writer = await self.ctx.send(request(0), case="min_prefix", labels={**labels, "role": "writer"})
-            if counted is not None:
+            if counted is not None and baseline[1] is not None:
                 measured: int | None = counted - baseline[1]
             else:
                 total = prompt_total(_as_row(writer))
@@ -398,9 +401,9 @@ class _Session:
         counts = {tier: await self.ctx.count_tokens(request)
                   for tier, request in rq.tier_count_requests(seq, tier_tokens=tier_tokens, ttl=self.p.ttl).items()}
         boundaries = None
-        if all(v is not None for v in counts.values()):
-            boundaries = {"tools": counts["tools"] - counts["empty"], "system": counts["system"] - counts["empty"],
-                          "messages": counts["messages"]}
+        tools, system, messages, empty = (counts[k] for k in ("tools", "system", "messages", "empty"))
+        if tools is not None and system is not None and messages is not None and empty is not None:
+            boundaries = {"tools": tools - empty, "system": system - empty, "messages": messages}
         labels = {"sequence": seq, "tier_tokens": boundaries, "prefix_tokens": tier_tokens}
 
         def request(change: str) -> ChatRequest:
@@ -462,7 +465,7 @@ class _Summary:
 
     # each case ------------------------------------------------------------------------------------
 
-    def _hits_and_fraction(self, rows: list[dict[str, Any]], labels: dict[str, Any]) -> None:
+    def _hits_and_fraction(self, rows: list[SampleRow], labels: dict[str, Any]) -> None:
         """Hit rate, read fraction and median cache-read tokens over the non-first requests."""
         later = [r for r in rows if r["labels"].get("index", 0) >= 1]
         known = [r for r in later if self.reads(r) is not None]
@@ -471,8 +474,8 @@ class _Summary:
             self.share("hit_rate", hits, len(known), labels)
         else:
             self.add("hit_rate", None, labels, n=0, unit="ratio")
-        pairs = [(self.reads(r), prompt_total(r)) for r in known]
-        pairs = [(read, total) for read, total in pairs if total]
+        pairs = [(read, total) for r in known
+                 if (read := self.reads(r)) is not None and (total := prompt_total(r))]
         total = sum(t for _, t in pairs)
         self.add("read_fraction", sum(r for r, _ in pairs) / total if total else None, labels,
                  n=len(pairs), unit="ratio")
@@ -482,9 +485,8 @@ class _Summary:
         labels = {"case": "repeat"}
         self._hits_and_fraction(rows, labels)
         ok = [r for r in rows if not r.get("error_type")]
-        first = [r["ttft_ms"] for r in ok if r["labels"]["index"] == 0 and r.get("ttft_ms") is not None]
-        hit_ttft = [r["ttft_ms"] for r in ok if r["labels"]["index"] >= 1 and self.hit(r)
-                    and r.get("ttft_ms") is not None]
+        first = [t for r in ok if r["labels"]["index"] == 0 and (t := r.get("ttft_ms")) is not None]
+        hit_ttft = [t for r in ok if r["labels"]["index"] >= 1 and self.hit(r) and (t := r.get("ttft_ms")) is not None]
         first_ms, hit_ms = stats.median(first), stats.median(hit_ttft)
         self.collected.percentile("ttft_first_ms", first, 50, labels, "ms")
         self.collected.percentile("ttft_hit_p50_ms", hit_ttft, 50, labels, "ms")
@@ -551,7 +553,7 @@ class _Summary:
         smallest = min(cached) if cached else None
         below = [size for size, ok in tried if not ok and (smallest is None or size < smallest)]
         largest_miss = max(below) if below else None
-        model = next((r["request_body"].get("model") for r in rows if isinstance(r.get("request_body"), dict)), "")
+        model = next((body.get("model") for r in rows if isinstance(body := r.get("request_body"), dict)), "")
         documented = documented_minimum(model or "", self.p.documented_min_prefix)
         self.add("min_prefix_tokens", smallest, labels, n=len(tried), unit="tokens")
         self.add("largest_uncached_tokens", largest_miss, labels, n=len(tried), unit="tokens")
@@ -577,11 +579,11 @@ class _Summary:
             if pattern == "staggered":
                 writer = next((r for r in members if r["labels"]["role"] == "writer"), None)
                 followers = [r for r in members if r["labels"]["role"] == "follower"]
-                if writer is not None and writer.get("ttft_ms") is not None:
-                    first_token = writer["started_at"].timestamp() + writer["ttft_ms"] / 1000
+                if writer is not None and (writer_ttft := writer.get("ttft_ms")) is not None:
+                    first_token = writer["started_at"].timestamp() + writer_ttft / 1000
                     after = sum(1 for r in followers if r["started_at"].timestamp() >= first_token)
                     self.share("followers_after_first_token", after, len(followers), labels)
-                waits = [r["labels"].get("wait_ms") for r in followers if r["labels"].get("wait_ms") is not None]
+                waits = [wait for r in followers if (wait := r["labels"].get("wait_ms")) is not None]
                 self.collected.percentile("stagger_wait_ms", waits, 50, labels, "ms")
 
     def _tiers(self, rows: list[SampleRow]) -> None:
@@ -640,12 +642,12 @@ class _Summary:
         # the same prefix length. Cold: the volatile system_start requests (all misses) when they
         # ran, else the repeat sequence's first request.
         repeat = [r for r in self.by_case.get("repeat", []) if not r.get("error_type")]
-        cold = [r["ttft_ms"] for r in self.by_case.get("volatile", [])
-                if r["labels"]["position"] == "system_start" and not r.get("error_type") and r.get("ttft_ms")]
+        cold = [t for r in self.by_case.get("volatile", [])
+                if r["labels"]["position"] == "system_start" and not r.get("error_type") and (t := r.get("ttft_ms"))]
         if not cold:
-            cold = [r["ttft_ms"] for r in repeat if r["labels"]["index"] == 0 and r.get("ttft_ms")]
+            cold = [t for r in repeat if r["labels"]["index"] == 0 and (t := r.get("ttft_ms"))]
         later = [r for r in repeat if r["labels"]["index"] >= 1]
-        warm = [r["ttft_ms"] for r in later if r.get("ttft_ms")]
+        warm = [t for r in later if (t := r.get("ttft_ms"))]
         cold_ms, warm_ms = stats.median(cold), stats.median(warm)
         ratio = warm_ms / cold_ms if cold_ms and warm_ms is not None else None
         self.add("ttft_warm_vs_cold", ratio, labels, n=len(warm), unit="ratio")
@@ -666,13 +668,14 @@ class _Summary:
         absolute, relative = TOTAL_TOLERANCE
         for case in ("repeat", "volatile"):
             for seq_rows in _by_sequence(self.by_case.get(case, [])).values():
-                ok = sorted((r for r in seq_rows if not r.get("error_type") and prompt_total(r) is not None),
-                            key=lambda r: r["labels"]["index"])
+                ok = sorted(((r, total) for r in seq_rows
+                             if not r.get("error_type") and (total := prompt_total(r)) is not None),
+                            key=lambda pair: pair[0]["labels"]["index"])
                 if not ok:
                     continue
-                reference = prompt_total(ok[0])
-                for row in ok[1:]:
-                    if abs(prompt_total(row) - reference) > max(absolute, relative * reference):
+                reference = ok[0][1]
+                for row, total in ok[1:]:
+                    if abs(total - reference) > max(absolute, relative * reference):
                         off.add(id(row))
         return off
 
@@ -682,6 +685,7 @@ def usage_problems(row: SampleRow) -> list[str]:
     OpenAI cached_tokens above prompt_tokens."""
     usage = row.get("usage") or {}
     problems = []
+    fields: dict[str, Any]
     if row.get("protocol") == "anthropic":
         fields = {k: usage.get(k) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
                   if k in usage}

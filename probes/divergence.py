@@ -29,7 +29,7 @@ import contextlib
 import itertools
 import json
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -136,6 +136,11 @@ class DivergenceParams(ProbeParams):
         return max(self.requests_per_level, level)
 
 
+def _same_request(prompt: DivergencePrompt, params: DivergenceParams, protocol: str) -> Callable[[int], ChatRequest]:
+    """closed_loop's make_request for one prompt: every request of it is the same."""
+    return lambda _index: build_request(prompt, params, protocol)
+
+
 def build_request(prompt: DivergencePrompt, params: DivergenceParams, protocol: str) -> ChatRequest:
     sampling: dict[str, Any] = {"temperature": params.temperature}
     if protocol == "openai":     # Anthropic's API has no seed, no penalties and no logprobs
@@ -206,7 +211,7 @@ class DivergenceProbe(Probe[DivergenceParams]):
         for prompt in prompts:
             await ctx.closed_loop(
                 concurrency=1, count=params.reference_requests,
-                make_request=lambda _, p=prompt: build_request(p, params, ctx.target.protocol),
+                make_request=_same_request(prompt, params, ctx.target.protocol),
                 case=prompt.name, labels={"concurrency": 1, "prompt": prompt.name, "phase": "reference"},
                 title=f"divergence {prompt.name} reference")
         for level in params.levels:
@@ -214,7 +219,7 @@ class DivergenceProbe(Probe[DivergenceParams]):
                 for prompt in prompts:
                     await ctx.closed_loop(
                         concurrency=level, count=params.requests_at(level),
-                        make_request=lambda _, p=prompt: build_request(p, params, ctx.target.protocol),
+                        make_request=_same_request(prompt, params, ctx.target.protocol),
                         case=prompt.name, labels={"concurrency": level, "prompt": prompt.name, "phase": "measure"},
                         title=f"divergence {prompt.name} c={level}")
 
@@ -316,7 +321,8 @@ def json_agreement(ok: list[SampleRow], reference: Any) -> list[tuple[str, int, 
     """(metric name, outputs that count, extra labels) for a JSON prompt: outputs that parse, that
     mean the same as the reference (its parsed value), and that agree with it field by field."""
     parsed = [parse_json(r.get("output_text")) for r in ok]
-    shares = [("json_valid_rate", sum(1 for value in parsed if value is not _INVALID), {})]
+    shares: list[tuple[str, int, dict[str, Any]]] = [
+        ("json_valid_rate", sum(1 for value in parsed if value is not _INVALID), {})]
     if reference is _INVALID:
         return shares
     shares.append(("semantic_divergence_rate", sum(1 for value in parsed if value != reference), {}))
@@ -350,7 +356,7 @@ def _modal_row(rows: list[SampleRow]) -> SampleRow | None:
 
 def _modal_json(rows: list[SampleRow]) -> Any:
     """The most common parsed JSON value among the rows whose output parses; _INVALID if none."""
-    canonical = Counter()
+    canonical: Counter[str] = Counter()
     values: dict[str, Any] = {}
     for row in rows:
         value = parse_json(row.get("output_text"))
@@ -373,8 +379,8 @@ def common_prefix_length(a: Sequence[Any], b: Sequence[Any]) -> int:
 
 def _reported_output_tokens(usage: dict[str, Any] | None) -> int | None:
     for key in ("output_tokens", "completion_tokens"):
-        if isinstance((usage or {}).get(key), int):
-            return usage[key]
+        if isinstance(count := (usage or {}).get(key), int):
+            return count
     return None
 
 

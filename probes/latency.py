@@ -46,8 +46,8 @@ def output_tokens(row: SampleRow) -> int:
     """Output tokens as the wire reported them; the count of content chunks when it did not."""
     usage = row.get("usage") or {}
     for key in ("output_tokens", "completion_tokens"):
-        if isinstance(usage.get(key), int):
-            return usage[key]
+        if isinstance(count := usage.get(key), int):
+            return count
     return len(row.get("chunk_offsets_ms") or [])
 
 
@@ -108,9 +108,9 @@ class LatencyProbe(Probe[LatencyParams]):
             rows = by_level[level]
             ok = [r for r in rows if not r.get("error_type")]
             n_all, n_ok = len(rows), len(ok)
-            ttft = [r["ttft_ms"] for r in ok if r.get("ttft_ms") is not None]
-            headers = [r["headers_ms"] for r in ok if r.get("headers_ms") is not None]
-            e2e = [r["end_ms"] for r in ok if r.get("end_ms") is not None]
+            ttft = [t for r in ok if (t := r.get("ttft_ms")) is not None]
+            headers = [t for r in ok if (t := r.get("headers_ms")) is not None]
+            e2e = [t for r in ok if (t := r.get("end_ms")) is not None]
             itl_by_request = [request_itl_ms(r) for r in ok]
             level_labels = {"concurrency": level}
             for q in (50, 90, 99):
@@ -125,8 +125,9 @@ class LatencyProbe(Probe[LatencyParams]):
             per_request_tps = []
             for r in ok:
                 tokens = output_tokens(r)
-                if tokens > 1 and r.get("ttft_ms") is not None and r.get("end_ms"):
-                    decode_s = (r["end_ms"] - r["ttft_ms"]) / 1000
+                first, end = r.get("ttft_ms"), r.get("end_ms")
+                if tokens > 1 and first is not None and end:
+                    decode_s = (end - first) / 1000
                     if decode_s > 0:
                         per_request_tps.append((tokens - 1) / decode_s)
             collected.percentile("output_tps_per_request_p50", per_request_tps, 50, level_labels, "tokens/s")
@@ -145,8 +146,8 @@ class LatencyProbe(Probe[LatencyParams]):
             for tier, count in sorted(tiers.items()):
                 collected.add("service_tier_requests", count, {"concurrency": level, "service_tier": tier},
                               n_ok, "requests")
-            if ttft:
-                ttft_p50_by_level[level] = stats.percentile(ttft, 50)  # type: ignore[assignment]
+            if (ttft_p50 := stats.percentile(ttft, 50)) is not None:
+                ttft_p50_by_level[level] = ttft_p50
 
         knee = find_knee(ttft_p50_by_level)
         collected.add("knee_concurrency", knee, {}, len(ttft_p50_by_level), "requests")
@@ -175,7 +176,7 @@ def _meets_thresholds(row: SampleRow, params: LatencyParams) -> bool:
 
 def _total_throughput(rows: list[SampleRow]) -> float | None:
     """Output tokens of all successful requests over the level's wall-clock span."""
-    spans = [(r["started_at"], r["end_ms"]) for r in rows if r.get("started_at") and r.get("end_ms")]
+    spans = [(start, end) for r in rows if (start := r.get("started_at")) and (end := r.get("end_ms"))]
     if not spans:
         return None
     first = min(start for start, _ in spans)

@@ -116,7 +116,7 @@ def default_penalties() -> dict[str, list[float]]:
 
 
 class PenaltyParams(ProbeParams):
-    modes: list[Mode] = Field(default_factory=lambda: ["unconstrained", "json_object", "json_schema"])
+    modes: list[Mode] = Field(default_factory=lambda: list[Mode](["unconstrained", "json_object", "json_schema"]))
     n_records: list[int] = Field(default_factory=lambda: [10, 40, 100])
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.2])
     penalties: dict[str, list[float]] = Field(default_factory=default_penalties,
@@ -307,7 +307,7 @@ class PenaltyProbe(Probe[PenaltyParams]):
             labels = row["labels"]
             cells[Cell(labels["mode"], int(labels["n_records"]), float(labels["temperature"]),
                        labels["penalty"], labels.get("penalty_value"))].append(row)
-        protocols = {r.get("protocol") for r in rows}
+        protocols = {r.get("protocol") or "" for r in rows}
         for mode in params.modes:
             if any(wire_mode(mode, protocol) is None for protocol in protocols):
                 add("skipped", 1, {"mode": mode, "reason": "no equivalent on the anthropic protocol"}, 0, None)
@@ -357,7 +357,8 @@ class PenaltyProbe(Probe[PenaltyParams]):
                 difference, low, high = stats.proportion_difference(base_x, base_n, x, n)
                 add("penalty_effect", difference, labels, base_n + n, "ratio", (low, high))
                 add("penalty_effect_p", stats.fisher_exact(base_x, base_n, x, n), labels, base_n + n, "p")
-                strongest = max(params.penalties.get(cell.penalty) or [cell.penalty_value])
+                swept = params.penalties.get(cell.penalty)
+                strongest = max(swept) if swept else cell.penalty_value
                 refused = any(_refused(r, cell.penalty, params) for r in cells[cell])
                 if cell.penalty_value == strongest and not refused:
                     add("penalty_ignored", ignored_check(explicit, texts[cell]), labels,
@@ -368,8 +369,8 @@ class PenaltyProbe(Probe[PenaltyParams]):
                         and any(f in (r.get("request_body") or {}) or f in (r.get("rejected_params") or [])
                                 for f in penalty_fields(name, params))]
             if carrying:
-                refused = sum(_refused(r, name, params) for r in carrying)
-                add("penalty_unsupported", int(refused > 0), {"penalty": name}, len(carrying), None)
+                any_refused = any(_refused(r, name, params) for r in carrying)
+                add("penalty_unsupported", int(any_refused), {"penalty": name}, len(carrying), None)
         refusals: dict[str, int] = defaultdict(int)
         for row in rows:
             for param in row.get("rejected_params") or []:
@@ -385,7 +386,7 @@ def _refused(row: SampleRow, penalty: str, params: PenaltyParams) -> bool:
     return all(field in rejected for field in penalty_fields(penalty, params))
 
 
-def _cell_order(cell: Cell) -> tuple:
+def _cell_order(cell: Cell) -> tuple[str, int, float, int, str, float]:
     kinds = {"none": 0, "omitted": 1}
     return (cell.mode, cell.n_records, cell.temperature, kinds.get(cell.penalty, 2), cell.penalty,
             cell.penalty_value or 0.0)

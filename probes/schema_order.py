@@ -183,7 +183,7 @@ def build_request(item: LabelledItem, variant: SchemaVariant, params: SchemaOrde
 
 # --- grading ----------------------------------------------------------------------------------
 
-class _Pairs(list):
+class _Pairs(list[tuple[str, Any]]):
     """A JSON object as its (key, value) pairs, in the order they were written."""
 
 
