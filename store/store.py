@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -148,7 +148,7 @@ class Store:
             raise ValueError(f"cannot create run {run.id!r}: {exc.orig}") from None
 
     def finish_run(self, run_id: str, status: str, finished_at: dt.datetime,
-                   loop_lag: dict[str, Any] | None = None, notes: dict[str, Any] | None = None,
+                   loop_lag: Mapping[str, Any] | None = None, notes: dict[str, Any] | None = None,
                    targets: dict[str, tuple[str, str | None]] | None = None) -> None:
         """Set the final status. `notes` are merged into the run's notes; `loop_lag` replaces its value;
         `targets` gives each target's (status, reason).
@@ -385,7 +385,9 @@ class Store:
                     conn.execute(alerts.insert().values(row))
             ids: list[int] = []
             for event in events:
-                event_id = conn.execute(alert_events.insert().values(redact_value(event))).inserted_primary_key[0]
+                inserted = conn.execute(alert_events.insert().values(redact_value(event))).inserted_primary_key
+                assert inserted is not None                # an INSERT of one row has its key
+                event_id = inserted[0]
                 ids.append(event_id)
                 for sink in sinks:
                     conn.execute(alert_deliveries.insert().values(event_id=event_id, sink=sink, attempts=0))
@@ -469,8 +471,8 @@ class Store:
             return [dict(row._mapping) for row in conn.execute(query)]
 
 
-def _across_runs(query: sa.Select, table: sa.Table, since: dt.datetime | None, target: str | None,
-                 suite: str | None, run_id: str | None, statuses: Sequence[str] | None) -> sa.Select:
+def _across_runs(query: sa.Select[Any], table: sa.Table, since: dt.datetime | None, target: str | None,
+                 suite: str | None, run_id: str | None, statuses: Sequence[str] | None) -> sa.Select[Any]:
     """The filters metric_history and sample_history share."""
     if since is not None:
         query = query.where(runs.c.started_at >= since)
