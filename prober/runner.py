@@ -21,8 +21,8 @@ import os
 import signal
 import socket
 import uuid
-from dataclasses import dataclass, field
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console

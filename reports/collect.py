@@ -151,6 +151,7 @@ def _provenance(store: Store, run_id: str, target: str, drift: DriftConfig | Non
     from reports.run_lines import provenance_lines
 
     run = store.get_run(run_id)
+    assert run is not None                         # the report found this run in the store
     run["target_status"] = {t: s for t, s in (run.get("target_status") or {}).items() if t == target}
     run["targets"] = [target]
     resets = [] if drift is None or not drift.enabled else [

@@ -94,9 +94,9 @@ def pick_examples(samples: Sequence[SampleRow]) -> list[Example]:
             examples += [_example(r, "output is not valid JSON", text)
                          for r in ok if not _parses(text := output_json_text(r.get("output_text"), r.get("tool_calls")))
                          ][:MAX_EXAMPLES]
-        errors = {}
+        errors: dict[tuple[str, str | None], SampleRow] = {}
         for r in rows:
-            if r.get("error_type"):
-                errors.setdefault((r["error_type"], r.get("error_message")), r)
+            if error_type := r.get("error_type"):
+                errors.setdefault((error_type, r.get("error_message")), r)
         examples += [_example(r, f"failed: {kind}", message) for (kind, message), r in errors.items()][:MAX_EXAMPLES]
     return examples

@@ -122,10 +122,11 @@ def versus(rows: Sequence[dict[str, Any]], names: Sequence[str], x: str, title: 
             counts[1] += row["n"]
     for (key, x_value), (hits, n) in pooled.items():
         share, low, high = stats.proportion(hits, n)
-        grouped[key].append(Point(x_value, share, low, high, note=f"{hits}/{n} pooled"))
+        if share is not None:
+            grouped[key].append(Point(x_value, share, low, high, note=f"{hits}/{n} pooled"))
     if not grouped:
         return None
-    xs = [p.x for points in grouped.values() for p in points]
+    xs = [p.x for points in grouped.values() for p in points if isinstance(p.x, float)]
     spread = max(xs) / min(xs) if min(xs) > 0 else 0
     series = [PlotSeries(label, sorted(points, key=lambda p: p.x)) for label, points in sorted(grouped.items())]
     return Plot(title=title, x_label=x_label or x, y_label=y_label, x_kind="log2" if spread >= 8 else "number",
@@ -170,7 +171,7 @@ def _note_values(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
     return "; ".join(parts)
 
 
-def _divergence(latest, history):
+def _divergence(latest: Sequence[dict[str, Any]], history: Sequence[MetricSeries]) -> list[Plot | None]:
     return [versus(latest, ["divergence_rate"], "concurrency",
                    "Divergence rate against concurrency (vs the reference sample's modal output, Wilson 95%)",
                    "divergence rate"),
@@ -178,14 +179,14 @@ def _divergence(latest, history):
                    "Divergence from each level's own modal output", "divergence rate")]
 
 
-def _latency(latest, history):
+def _latency(latest: Sequence[dict[str, Any]], history: Sequence[MetricSeries]) -> list[Plot | None]:
     return [versus(latest, ["ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"], "concurrency",
                    "TTFT percentiles against concurrency", "ms"),
             versus(latest, ["itl_p50_ms", "itl_p90_ms", "itl_p99_ms"], "concurrency",
                    "Inter-token latency percentiles against concurrency", "ms")]
 
 
-def _caching(latest, history):
+def _caching(latest: Sequence[dict[str, Any]], history: Sequence[MetricSeries]) -> list[Plot | None]:
     return [over_time(history, "hit_rate", "Cache hit rate over time (Wilson 95%)", "hit rate"),
             over_time(history, "cost_multiplier", "Prompt cost with caching over without, over time",
                       "cost multiplier")]
@@ -202,7 +203,7 @@ def _with_penalty_baseline(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any
     return [*rows, *baseline]
 
 
-def _penalty(latest, history):
+def _penalty(latest: Sequence[dict[str, Any]], history: Sequence[MetricSeries]) -> list[Plot | None]:
     with_baseline = _with_penalty_baseline(latest)
     return [versus(with_baseline, ["corruption_rate"], "penalty_value",
                    "Corruption against penalty (pooled over modes, lengths and temperatures; Wilson 95%)",
@@ -214,7 +215,7 @@ def _penalty(latest, history):
                    "parse rate", x_label="penalty value", series_by=["penalty"])]
 
 
-def _schema_order(latest, history):
+def _schema_order(latest: Sequence[dict[str, Any]], history: Sequence[MetricSeries]) -> list[Plot | None]:
     accuracy = categories(latest, "accuracy", "variant", "Accuracy by schema field order (95% CI)", "accuracy")
     if accuracy is not None:
         accuracy.note = _note_values(latest, ["mcnemar_p", "mcnemar_mid_p", "paired_difference"])
