@@ -68,7 +68,8 @@ class Faults(_Strict):
         return self
 
     def rate(self, kind: str) -> float:
-        return getattr(self, kind)
+        rate: float = getattr(self, kind)
+        return rate
 
 
 class Nondeterminism(_Strict):
