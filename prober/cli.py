@@ -6,7 +6,13 @@ import os
 import sys
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any, cast
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from prober.config import ProberConfig
+    from prober.records import Metric
 
 import typer
 from rich.console import Console
@@ -31,15 +37,16 @@ app.add_typer(local_app, name="local")
 _CAPTURED_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
 # Both consoles mask the configured secrets in everything they write (prober/redact.py);
 # soft_wrap: an error is one line however long, so cron logs and grep see it whole.
-out = Console(file=RedactingStream(), highlight=False, width=_CAPTURED_WIDTH)
-err = Console(file=RedactingStream(stderr=True), stderr=True, highlight=False, soft_wrap=True)
+# (RedactingStream passes everything but write through to the real stream, hence the cast.)
+out = Console(file=cast(IO[str], RedactingStream()), highlight=False, width=_CAPTURED_WIDTH)
+err = Console(file=cast(IO[str], RedactingStream(stderr=True)), stderr=True, highlight=False, soft_wrap=True)
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="prober.toml to use "
                          "(default: ./prober.toml if present, else built-in targets local and emulator)")]
 DbOption = Annotated[str | None, typer.Option("--db", help="store URL, overriding the config's [store] url")]
 
 
-def _config(path: Path | None, db: str | None = None):
+def _config(path: Path | None, db: str | None = None) -> ProberConfig:
     from reports.slo_rules import check_rules_known
 
     config = load_config(path)
@@ -221,13 +228,13 @@ def _fmt(value: float | None) -> str:
 FLAG_MARKER = "!"
 
 
-def _print_metrics(metrics, title: str) -> None:
+def _print_metrics(metrics: Sequence[Metric], title: str) -> None:
     """One narrow table per target and probe: rows grouped by their labels (e.g. concurrency)."""
     from prober.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
     from reports.svg import interval_text
 
     out.print(_shown(title))
-    groups: dict[tuple[str, str], list] = {}
+    groups: dict[tuple[str, str], list[Metric]] = {}
     for m in metrics:
         groups.setdefault((m.target, m.probe), []).append(m)
     for (target_name, probe_name), rows in groups.items():
@@ -236,7 +243,7 @@ def _print_metrics(metrics, title: str) -> None:
                       title=f"{_shown(target_name)} / {_shown(probe_name)}")
         order = {name: i for i, name in enumerate(dict.fromkeys(m.name for m in rows))}
 
-        def label_key(m):
+        def label_key(m: Metric) -> list[tuple[str, str]]:
             return sorted((k, str(v).zfill(8)) for k, v in m.labels.items())
 
         for m in sorted(rows, key=lambda m: (label_key(m), order[m.name])):

@@ -195,7 +195,8 @@ class RedactingStream:
         return getattr(stream, "rich_proxied_file", stream)
 
     def write(self, text: str) -> int:
-        return self._stream.write(redact_text(text))
+        written: int = self._stream.write(redact_text(text))
+        return written
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

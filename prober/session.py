@@ -68,7 +68,7 @@ class TargetSession:
     sink: SampleSink
     settings: RunnerConfig
     progress: RunProgress
-    request_counter: itertools.count
+    request_counter: itertools.count[int]
     entry: str | None = None   # the suite entry this session runs; stamped on every sample
     windows: list[LoopWindow] = field(default_factory=list)
 

@@ -347,7 +347,7 @@ class Response:
         self._pushed: asyncio.Future[None] | None = None
         # Body bytes without framing; with Content-Encoding, also decompressed (`_inflate`).
         self._decode: Callable[[], bytes] = self._unframe
-        self._inflater = None
+        self._inflater: zlib._Decompress | None = None
 
     @property
     def last_ns(self) -> int:
@@ -450,6 +450,7 @@ class Response:
     def _unframe_and_inflate(self) -> bytes:
         data = self._unframe()
         inflater = self._inflater
+        assert inflater is not None                # _decode is this method only once it is set
         try:
             out = inflater.decompress(data) if data else b""
             if self._state == _DONE:
@@ -713,7 +714,8 @@ class HTTPTransport:
                         stage = f"CONNECT {origin.authority} through the proxy {proxy.address}"
                         await self._tunnel(conn, proxy)
                         stage = f"TLS handshake with {origin.host}:{origin.port} through the proxy"
-                        conn.transport = await loop.start_tls(   # type: ignore[assignment]
+                        assert conn.transport is not None  # the tunnel is open
+                        conn.transport = await loop.start_tls(
                             conn.transport, conn, self._ssl, server_hostname=origin.host)
         except TimeoutError:
             raise TransportError("timeout", f"connect timeout after {budget:g}s: {stage}",

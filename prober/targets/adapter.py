@@ -23,6 +23,7 @@ from prober.records import (
     KEPT_HEADERS,
     ChatRequest,
     Exchange,
+    Protocol,
     utcnow,
 )
 from prober.targets.base import TargetAdapter
@@ -151,7 +152,7 @@ class StreamDecoder:
 
 
 class HTTPAdapter(TargetAdapter):
-    protocol: ClassVar[str]
+    protocol: ClassVar[Protocol]
     endpoint: ClassVar[str]                    # path after .../v1
     decoder: ClassVar[type[StreamDecoder]]
     # Probe-side sampling names spelled differently on this protocol's wire.
@@ -255,7 +256,7 @@ class HTTPAdapter(TargetAdapter):
         return mentioned_param(ex.error_message, candidates) if candidates else None
 
     async def _exchange(self, body: dict[str, Any], stream: bool, attempt: int) -> Exchange:
-        ex = Exchange(protocol=self.protocol, url=self.url, request_body=body,  # type: ignore[arg-type]
+        ex = Exchange(protocol=self.protocol, url=self.url, request_body=body,
                       request_headers=dict(self._shown_headers[stream]), started_at=utcnow(),
                       start_ns=perf_counter_ns(), stream=stream, attempt=attempt)
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()

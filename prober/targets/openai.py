@@ -249,7 +249,7 @@ class OpenAIAdapter(HTTPAdapter):
             return f"max_tokens rejected, resent as max_completion_tokens: {message}"
         return None
 
-    def build_body(self, request: ChatRequest, skip=frozenset()) -> tuple[dict[str, Any], list[str]]:
+    def build_body(self, request: ChatRequest, skip: frozenset[str] = frozenset()) -> tuple[dict[str, Any], list[str]]:
         body: dict[str, Any] = {"model": self.target.model, self.max_tokens_field: request.max_tokens}
         messages = request.messages
         if request.system is not None:
@@ -294,7 +294,7 @@ class OpenAIAdapter(HTTPAdapter):
                 ex.text = message["content"]
             for call in message.get("tool_calls") or []:
                 if isinstance(call, dict):
-                    function = call.get("function") if isinstance(call.get("function"), dict) else {}
+                    function = named if isinstance(named := call.get("function"), dict) else {}
                     ex.tool_calls.append(tool_call_record(call.get("type", "function"), call.get("id"),
                                                           function.get("name"), function.get("arguments")))
             if message.get("refusal"):
