@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from asyncio_throttle import Throttler
+from asyncio_throttle.throttler import Throttler
+from rich.progress import TaskID
 
 from prober.budget import BudgetExhausted, RunBudget
 from prober.config import RunnerConfig, TargetConfig
@@ -28,7 +29,7 @@ from prober.targets.base import TargetAdapter
 
 # The progress task that requests sent in this asyncio context count towards (see progress_task);
 # tasks a probe starts inside the block inherit it.
-_progress_task: contextvars.ContextVar[int | None] = contextvars.ContextVar("prober_progress_task", default=None)
+_progress_task: contextvars.ContextVar[TaskID | None] = contextvars.ContextVar("prober_progress_task", default=None)
 
 
 @dataclass
@@ -100,14 +101,12 @@ class TargetSession:
                 await self._throttle()
                 exchange = await self.adapter.send(request, attempt=attempt, before_resend=before_resend)
             self.budget.record(exchange)
-            retry = should_retry(exchange, tries, self.settings.max_retries)
             delay = None
-            if retry:
+            if should_retry(exchange, tries, self.settings.max_retries):
                 delay = retry_delay(tries, exchange.response_headers, base=self.settings.backoff_base,
                                     cap=self.settings.backoff_max, retry_after_max=self.settings.retry_after_max)
-                retry = delay is not None
-            store(exchange, final=not retry)
-            if not retry:
+            store(exchange, final=delay is None)
+            if delay is None:
                 task_id = _progress_task.get()
                 if task_id is not None:
                     self.progress.advance(task_id, failed=not exchange.ok)

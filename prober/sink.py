@@ -85,7 +85,7 @@ class SampleSink:
 
 
 def _sink_main(store_url: str, max_output_chars: int | None, conformance: bool,
-               inbox: multiprocessing.Queue, replies: multiprocessing.Queue, parent_pid: int,
+               inbox: multiprocessing.Queue[Any], replies: multiprocessing.Queue[Any], parent_pid: int,
                secrets: tuple[str, ...]) -> None:
     # Ctrl-C, `timeout` and systemd signal the whole process group; the parent decides when the
     # run stops, and then closes the sink, which still has samples to write. Should the parent

@@ -107,7 +107,8 @@ def proxy_for(origin: Origin, environ: Mapping[str, str] | None = None) -> Proxy
     url = proxies.get(origin.scheme) or proxies.get("all")
     if not url:
         return None
-    if urllib.request.proxy_bypass_environment(origin.authority, proxies):
+    # Undocumented but present since Python 3.0; typeshed leaves it out.
+    if urllib.request.proxy_bypass_environment(origin.authority, proxies):  # type: ignore[attr-defined]
         return None
     if "://" not in url:
         url = f"http://{url}"                       # httpx reads a bare host:port as http

@@ -166,7 +166,8 @@ class AnthropicAdapter(HTTPAdapter):
             headers["x-api-key"] = api_key
         return headers
 
-    def build_body(self, request: ChatRequest, skip: frozenset[str] = frozenset()) -> tuple[dict[str, Any], list[str]]:
+    def build_body(self, request: ChatRequest, skip: frozenset[str] | set[str] = frozenset()
+                   ) -> tuple[dict[str, Any], list[str]]:
         notes = []
         body: dict[str, Any] = {"model": self.target.model, "max_tokens": request.max_tokens}
         if request.system is not None:

@@ -249,7 +249,8 @@ class OpenAIAdapter(HTTPAdapter):
             return f"max_tokens rejected, resent as max_completion_tokens: {message}"
         return None
 
-    def build_body(self, request: ChatRequest, skip: frozenset[str] = frozenset()) -> tuple[dict[str, Any], list[str]]:
+    def build_body(self, request: ChatRequest, skip: frozenset[str] | set[str] = frozenset()
+                   ) -> tuple[dict[str, Any], list[str]]:
         body: dict[str, Any] = {"model": self.target.model, self.max_tokens_field: request.max_tokens}
         messages = request.messages
         if request.system is not None:
