@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PROBER := $(VENV)/bin/prober
 export PROBER_CACHE_DIR ?= $(HOME)/.cache/prober
 
-.PHONY: install lock system-deps local-endpoint demo test bench clean
+.PHONY: install lock system-deps local-endpoint demo test lint typecheck bench clean
 
 # The versions CI tests with: requirements/ci.lock pins prober[test] for Python 3.11 on linux x86-64
 # (with hashes), so a run resolves nothing fresh; the project itself goes in on top, without deps.
@@ -52,6 +52,14 @@ demo: local-endpoint
 
 test: system-deps local-endpoint
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# The gates .ci/run passes before the tests: ruff's rule set and mypy's strict mode, both configured
+# in pyproject.toml (where the excluded rules say why). They need only the test extra.
+lint: install
+	$(VENV)/bin/ruff check .
+
+typecheck: install
+	$(VENV)/bin/mypy
 
 bench: install
 	$(PY) bench/ttft_overhead.py

@@ -36,10 +36,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import statistics
-from concurrent.futures import ProcessPoolExecutor
 import sys
 import tomllib
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -48,10 +48,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from prober.core import stats  # noqa: E402
-from prober.core.config import ProberConfig  # noqa: E402
-from prober.alerting.alerts import drift_observations, judge, slo_observations  # noqa: E402
-from prober.alerting.drift import decide, run_values, target_tests  # noqa: E402
+from prober.alerting.alerts import drift_observations, judge, slo_observations
+from prober.alerting.drift import decide, run_values, target_tests
+from prober.core import stats
+from prober.core.config import ProberConfig
 
 TARGET = "t"
 
@@ -240,7 +240,7 @@ class History:
     alerts: dict[str, dict[str, Any]] = field(default_factory=dict)
     near_level: int = 0       # tonight's regression tests with p within NEAR_FACTOR times their level
 
-    def copy(self) -> "History":
+    def copy(self) -> History:
         """An independent continuation (alert rows are replaced, never mutated, by `night`)."""
         return History(self.config, list(self.values), dict(self.alerts))
 
@@ -254,7 +254,7 @@ class History:
         self.near_level = sum(1 for t in decided if t.direction != 0 and t.p_value is not None
                               and t.p_value <= NEAR_FACTOR * t.alpha)
         observations = slo_observations(self.config, rows, run) + drift_observations(decided, run)
-        when = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(days=index)
+        when = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(days=index)
         changed, _, evaluation = judge(observations, self.alerts, run["id"], when)
         self.alerts.update({row["key"]: row for row in changed})
         # Only the newest window is ever read: a longer list would make every branch's copy and the

@@ -20,22 +20,22 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from time import perf_counter_ns
 
-from rich.console import Console
-
 import machine
-import prober
 from gc_pauses import GcPauses
+from rich.console import Console
+from sse_server import MODEL
+
+import prober
 from prober.budget import RunBudget
 from prober.core.config import RunnerConfig, TargetConfig
+from prober.core.records import Exchange, Run, utcnow
 from prober.looplag import LoopLagMonitor
 from prober.progress import RunProgress
-from prober.core.records import Exchange, Run, utcnow
-from prober.session import TargetGate, TargetSession
 from prober.runner import quiet_garbage_collector
 from prober.sample_writer import SampleWriterProcess
+from prober.session import TargetGate, TargetSession
 from prober.targets import make_adapter
 from probes.latency import LatencyParams, LatencyProbe
-from sse_server import MODEL
 from store import Store
 
 

@@ -62,7 +62,7 @@ _NOT_FOUND = (b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncont
 class _Stream(asyncio.Protocol):
     __slots__ = ("server", "transport", "buf", "busy", "close_after", "t0", "handle")
 
-    def __init__(self, server: "FixedDelayServer") -> None:
+    def __init__(self, server: FixedDelayServer) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()

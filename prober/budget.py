@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prober.core.config import Budget
 from prober.core.records import Exchange
 
@@ -40,14 +42,14 @@ _INPUT_OUTPUT = ("input_tokens", "output_tokens", "cache_creation_input_tokens",
 _PROMPT_COMPLETION = ("prompt_tokens", "completion_tokens")
 
 
-def reported_tokens(usage: dict | None) -> tuple[int, list[tuple[str, object]]]:
+def reported_tokens(usage: dict[str, Any] | None) -> tuple[int, list[tuple[str, object]]]:
     """Input plus output tokens as reported, across both protocols' field names; and the fields
     present that are no count. A count sent as "20" or 20.0 is charged as 20 (that is what the
     endpoint bills; the conformance check reports the type); true, 2.5 or "many" are returned as
     unreadable. Absent and null fields are neither."""
     if not usage:
         return 0, []
-    keys = _INPUT_OUTPUT
+    keys: tuple[str, ...] = _INPUT_OUTPUT
     if "prompt_tokens" in usage or "completion_tokens" in usage:
         keys = _PROMPT_COMPLETION
     total = 0
@@ -70,9 +72,7 @@ def token_count(value: object) -> int | None:
         return None
     if isinstance(value, int):
         count = value
-    elif isinstance(value, float) and value.is_integer():
-        count = int(value)
-    elif isinstance(value, str) and value.strip().isdigit():
+    elif (isinstance(value, float) and value.is_integer()) or (isinstance(value, str) and value.strip().isdigit()):
         count = int(value)
     else:
         return None

@@ -6,7 +6,13 @@ import os
 import sys
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import IO, TYPE_CHECKING, Annotated, Any, cast
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from prober.core.config import ProberConfig
+    from prober.core.records import Metric
 
 import typer
 from rich.console import Console
@@ -16,8 +22,8 @@ from rich.table import Column, Table
 from prober.core.config import load_config
 from prober.core.controlchars import escape_controls
 from prober.core.errors import ConfigError, ProberError
-from prober.store_access import open_store, require_known_target
 from prober.core.redact import RedactingStream, redact_text, register_config
+from prober.store_access import open_store, require_known_target
 
 # Subcommands inherit the context settings: `-h` is `--help` everywhere.
 _HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
@@ -47,15 +53,16 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_print_
 _CAPTURED_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
 # Both consoles mask the configured secrets in everything they write (prober/core/redact.py);
 # soft_wrap: an error is one line however long, so cron logs and grep see it whole.
-out = Console(file=RedactingStream(), highlight=False, width=_CAPTURED_WIDTH)
-err = Console(file=RedactingStream(stderr=True), stderr=True, highlight=False, soft_wrap=True)
+# (RedactingStream passes everything but write through to the real stream, hence the cast.)
+out = Console(file=cast(IO[str], RedactingStream()), highlight=False, width=_CAPTURED_WIDTH)
+err = Console(file=cast(IO[str], RedactingStream(stderr=True)), stderr=True, highlight=False, soft_wrap=True)
 
-ConfigOption = Annotated[Optional[Path], typer.Option("--config", "-c", help="prober.toml to use "
+ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="prober.toml to use "
                          "(default: ./prober.toml if present, else built-in targets local and emulator)")]
-DbOption = Annotated[Optional[str], typer.Option("--db", help="store URL, overriding the config's [store] url")]
+DbOption = Annotated[str | None, typer.Option("--db", help="store URL, overriding the config's [store] url")]
 
 
-def _config(path: Path | None, db: str | None = None):
+def _config(path: Path | None, db: str | None = None) -> ProberConfig:
     from prober.alerting.slo_rules import check_rules_known
 
     config = load_config(path)
@@ -93,9 +100,9 @@ def _parse_param(text: str) -> tuple[str, Any]:
 @app.command()
 def run(
     suite: Annotated[str, typer.Option("--suite", "-s", help="suite name (see `prober suites`)")],
-    target: Annotated[Optional[list[str]], typer.Option("--target", "-t", help="target name; repeatable; "
+    target: Annotated[list[str] | None, typer.Option("--target", "-t", help="target name; repeatable; "
                                                         "default: every configured target")] = None,
-    param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="override a probe "
+    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="override a probe "
                                                        "parameter, KEY=VALUE (TOML value); repeatable")] = None,
     config: ConfigOption = None,
     db: DbOption = None,
@@ -165,7 +172,7 @@ def targets(config: ConfigOption = None) -> None:
 @app.command()
 def runs(
     limit: Annotated[int, typer.Option(help="how many runs")] = 20,
-    suite: Annotated[Optional[str], typer.Option(help="only this suite")] = None,
+    suite: Annotated[str | None, typer.Option(help="only this suite")] = None,
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
@@ -202,8 +209,8 @@ def show(
 
     Example: prober show 3f2a9c
     """
-    from prober.core.records import Metric
     from prober.alerting.slo_rules import rule_state_lines
+    from prober.core.records import Metric
     from reports.run_lines import provenance_lines
     from store.engine import redacted
 
@@ -238,13 +245,13 @@ def _fmt(value: float | None) -> str:
 FLAG_MARKER = "!"
 
 
-def _print_metrics(metrics, title: str) -> None:
+def _print_metrics(metrics: Sequence[Metric], title: str) -> None:
     """One narrow table per target and probe: rows grouped by their labels (e.g. concurrency)."""
     from prober.core.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
     from reports.svg import interval_text
 
     out.print(_shown(title))
-    groups: dict[tuple[str, str], list] = {}
+    groups: dict[tuple[str, str], list[Metric]] = {}
     for m in metrics:
         groups.setdefault((m.target, m.probe), []).append(m)
     for (target_name, probe_name), rows in groups.items():
@@ -253,7 +260,7 @@ def _print_metrics(metrics, title: str) -> None:
                       title=f"{_shown(target_name)} / {_shown(probe_name)}")
         order = {name: i for i, name in enumerate(dict.fromkeys(m.name for m in rows))}
 
-        def label_key(m):
+        def label_key(m: Metric) -> list[tuple[str, str]]:
             return sorted((k, str(v).zfill(8)) for k, v in m.labels.items())
 
         for m in sorted(rows, key=lambda m: (label_key(m), order[m.name])):
@@ -268,14 +275,14 @@ def _print_metrics(metrics, title: str) -> None:
     out.print(escape(PERCENTILE_INTERVAL_NOTE))
 
 
-SinceOption = Annotated[Optional[str], typer.Option("--since", help="runs started within this period "
+SinceOption = Annotated[str | None, typer.Option("--since", help="runs started within this period "
                        "(30d, 12h, 2w, 90m) or since a date (2026-01-31)")]
 
 
 @app.command()
 def report(
     since: SinceOption = "30d",
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="only this target")] = None,
+    target: Annotated[str | None, typer.Option("--target", "-t", help="only this target")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="html, md or json")] = "html",
     out_dir: Annotated[Path, typer.Option("--out", help="directory to write the report into")] = Path("prober-reports"),
     config: ConfigOption = None,
@@ -309,10 +316,10 @@ def report(
 @app.command()
 def history(
     metric: Annotated[str, typer.Option("--metric", "-m", help="metric name, e.g. ttft_p50_ms")],
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="only this target")] = None,
-    suite: Annotated[Optional[str], typer.Option("--suite", "-s", help="only runs of this suite, or "
+    target: Annotated[str | None, typer.Option("--target", "-t", help="only this target")] = None,
+    suite: Annotated[str | None, typer.Option("--suite", "-s", help="only runs of this suite, or "
                                                  "metrics of this probe")] = None,
-    labels: Annotated[Optional[list[str]], typer.Option("--labels", "-l", help="KEY=VALUE label filter; "
+    labels: Annotated[list[str] | None, typer.Option("--labels", "-l", help="KEY=VALUE label filter; "
                                                         "repeatable or comma-separated")] = None,
     since: SinceOption = None,
     config: ConfigOption = None,
@@ -352,8 +359,8 @@ def export(
     fmt: Annotated[str, typer.Option("--format", "-f", help="csv, parquet or prometheus")],
     out_dir: Annotated[Path, typer.Option("--out", help="directory to write into")] = Path("prober-export"),
     since: SinceOption = None,
-    run_id: Annotated[Optional[str], typer.Option("--run", help="only this run (id or unique prefix)")] = None,
-    target: Annotated[Optional[str], typer.Option("--target", "-t", help="only this target")] = None,
+    run_id: Annotated[str | None, typer.Option("--run", help="only this run (id or unique prefix)")] = None,
+    target: Annotated[str | None, typer.Option("--target", "-t", help="only this target")] = None,
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
@@ -417,7 +424,7 @@ def drill(
     healthy_runs: Annotated[int, typer.Option(min=1, help="healthy runs before the regressed one (the drift "
                                                          "baseline)")] = 3,
     config: ConfigOption = None,
-    db: Annotated[Optional[str], typer.Option("--db", help="store URL for the drill's runs (default: a "
+    db: Annotated[str | None, typer.Option("--db", help="store URL for the drill's runs (default: a "
                                               "temporary SQLite file, deleted afterwards)")] = None,
 ) -> None:
     """Fire drill: run the latency suite against the emulator, healthy then regressed, and deliver
@@ -436,7 +443,7 @@ def drill(
 @app.command()
 def emulate(
     port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8090,
-    scenario: Annotated[Optional[Path], typer.Option(help="scenario TOML (default: built-in)")] = None,
+    scenario: Annotated[Path | None, typer.Option(help="scenario TOML (default: built-in)")] = None,
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
 ) -> None:
     """Serve the emulator (Anthropic /v1/messages and OpenAI /v1/chat/completions) until Ctrl-C.
@@ -454,9 +461,9 @@ def emulate(
 @local_app.command("start")
 def local_start(
     port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8080,
-    slots: Annotated[Optional[int], typer.Option("--slots", "-np", help="llama-server -np (default: "
+    slots: Annotated[int | None, typer.Option("--slots", "-np", help="llama-server -np (default: "
                                                  "its auto setting, 4 slots with a unified KV cache)")] = None,
-    ctx_size: Annotated[Optional[int], typer.Option("--ctx-size", "-c", help="llama-server -c")] = None,
+    ctx_size: Annotated[int | None, typer.Option("--ctx-size", "-c", help="llama-server -c")] = None,
 ) -> None:
     """Install (first time: about 5 minutes on 2 idle cores) and start llama-server with SmolLM2-135M-Instruct.
 

@@ -48,7 +48,7 @@ def _first_line(text: str) -> str:
 
 
 def _save_traceback(exc: BaseException) -> str:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     fd, path = tempfile.mkstemp(prefix=f"prober-crash-{stamp}-", suffix=".txt")
     with os.fdopen(fd, "w", encoding="utf-8") as file:
         file.write("".join(traceback.format_exception(exc)))

@@ -38,7 +38,7 @@ class RunLease:
         self._thread = threading.Thread(target=self._renew_until_stopped, name="prober-run-lease", daemon=True)
 
     @classmethod
-    def start(cls, store: Store, run_id: str, lease_seconds: float, console: Console) -> "RunLease":
+    def start(cls, store: Store, run_id: str, lease_seconds: float, console: Console) -> RunLease:
         lease = cls(store, run_id, lease_seconds, console)
         lease._thread.start()
         return lease

@@ -112,7 +112,7 @@ def _alive(pid: int) -> bool:
 def healthy(port: int, timeout: float = 2.0) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=timeout) as response:
-            return response.status == 200
+            return bool(response.status == 200)
     except (urllib.error.URLError, OSError, ValueError):
         return False
 

@@ -32,6 +32,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from prober.core.errors import ProberError
 
@@ -168,7 +169,8 @@ def compile_llama_server(cache: Path, flags: list[str], jobs: int) -> tuple[Path
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def smoke_test(binary: Path, model: Path, timeout: float = 120.0) -> str | None:
@@ -202,7 +204,7 @@ def smoke_test(binary: Path, model: Path, timeout: float = 120.0) -> str | None:
         stop_child(process)
 
 
-def stop_child(process: subprocess.Popen, timeout: float = 10.0) -> None:
+def stop_child(process: subprocess.Popen[Any], timeout: float = 10.0) -> None:
     """Terminate a child process, kill it if it lingers, and close its pipes."""
     if process.poll() is None:
         process.terminate()

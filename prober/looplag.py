@@ -9,17 +9,26 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import TypedDict
 
 from prober.core import stats
 
 SATURATION_P99_MS = 20.0
 
 
+class LagSummary(TypedDict):
+    n: int
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+    saturated: bool
+
+
 class LoopLagMonitor:
     def __init__(self, interval: float = 0.05) -> None:
         self.interval = interval
         self.samples: list[tuple[int, float]] = []   # (perf_counter_ns at wake-up, lag ms)
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._watch(), name="loop-lag-monitor")
@@ -40,7 +49,7 @@ class LoopLagMonitor:
             now = time.perf_counter_ns()
             self.samples.append((now, max(0.0, (now - expected) / 1e6)))
 
-    def summary(self, since_ns: int | None = None, until_ns: int | None = None) -> dict[str, float | int | bool | None]:
+    def summary(self, since_ns: int | None = None, until_ns: int | None = None) -> LagSummary:
         lags = [lag for ts, lag in self.samples
                 if (since_ns is None or ts >= since_ns) and (until_ns is None or ts <= until_ns)]
         p99 = stats.percentile(lags, 99)

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 
 class RunProgress:
@@ -20,7 +20,7 @@ class RunProgress:
         self._next_id = 0
         self.retries = 0
 
-    def __enter__(self) -> "RunProgress":
+    def __enter__(self) -> RunProgress:
         if self.live:
             self._bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                   TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(),
@@ -32,15 +32,15 @@ class RunProgress:
         if self._bars is not None:
             self._bars.stop()
 
-    def start_task(self, description: str, total: int | None) -> int:
+    def start_task(self, description: str, total: int | None) -> TaskID:
         if self._bars is not None:
             return self._bars.add_task(description, total=total, failed=0)
         self._next_id += 1
         self._plain[self._next_id] = {"description": description, "total": total, "done": 0, "failed": 0,
                                       "start": time.monotonic()}
-        return self._next_id
+        return TaskID(self._next_id)
 
-    def advance(self, task_id: int, failed: bool = False) -> None:
+    def advance(self, task_id: TaskID, failed: bool = False) -> None:
         if self._bars is not None:
             task = self._bars.tasks[[t.id for t in self._bars.tasks].index(task_id)]
             self._bars.update(task_id, advance=1, failed=task.fields["failed"] + int(failed))

@@ -22,6 +22,7 @@ import os
 import signal
 import socket
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,14 +32,14 @@ import prober
 from prober.budget import BudgetExhausted, RunBudget
 from prober.core.config import ProberConfig, TargetConfig
 from prober.core.errors import ConfigError
+from prober.core.records import Metric, Run, utcnow
+from prober.core.redact import register_config
 from prober.lease import RunLease, lease_until
 from prober.looplag import LoopLagMonitor
 from prober.progress import RunProgress
 from prober.provenance import entry_records, target_config_hash
-from prober.core.records import Metric, Run, utcnow
-from prober.core.redact import register_config
+from prober.sample_writer import SampleStorageError, SampleWriterProcess
 from prober.session import TargetGate, TargetSession
-from prober.sample_writer import SampleWriterProcess, SampleStorageError
 from prober.store_access import open_store
 from prober.targets import make_adapter
 from prober.transport import unreachable_reason
@@ -77,7 +78,7 @@ def prepare(config: ProberConfig, suite_name: str, target_names: list[str] | Non
 
 
 @contextlib.contextmanager
-def quiet_garbage_collector():
+def quiet_garbage_collector() -> Iterator[None]:
     """Keep full collections from pausing the client mid-measurement.
 
     A full collection walks every object left from start-up (about 100k) and paused the event loop
@@ -186,7 +187,8 @@ class Runner:
         result.samples = writer.count
         if storage_failed:   # what reached the store, not what was handed to it
             with contextlib.suppress(Exception):
-                result.samples = store.get_run(run.id)["sample_count"]
+                if (stored := store.get_run(run.id)) is not None:
+                    result.samples = stored["sample_count"]
         stopped_by = result.problems[0] if result.problems else None   # a signal, a bug, a full disk
         if result.status != "interrupted" and crashed is None and not storage_failed:
             self._check_error_ceilings(store, run.id, result)
@@ -228,15 +230,16 @@ class Runner:
 
     async def _run_target(self, store: Store, run: Run, suite: Suite, target: TargetConfig, api_key: str | None,
                           budget: RunBudget, writer: SampleWriterProcess, progress: RunProgress,
-                          counter: itertools.count, sessions: list[TargetSession]) -> str | None:
+                          counter: itertools.count[int], sessions: list[TargetSession]) -> str | None:
         """Run every suite entry against one target; the reason it could not complete, or None."""
         emulator = None
-        if target.is_emulator:
+        if target.emulator is not None:
             from prober.emulator import Emulator, load_scenario
             emulator = Emulator(load_scenario(target.emulator.scenario))
             await emulator.start(host="127.0.0.1", port=0)
             base_url = emulator.base_url
         else:
+            assert target.base_url is not None     # required where there is no emulator (TargetConfig)
             base_url = target.base_url
             problem = await unreachable_reason(base_url, target.timeouts.connect)
             if problem:
@@ -278,16 +281,16 @@ class Runner:
                 if window.labels.get("phase", "measure") != "measure":
                     continue
                 labels = {k: v for k, v in window.labels.items() if k != "phase"}
-                summary = lag.summary(window.start_ns, window.end_ns)
+                lag_summary = lag.summary(window.start_ns, window.end_ns)
                 metrics.append(Metric(run_id=run_id, target=session.target.name, probe=session.probe_name,
-                                      name="client_loop_lag_p99_ms", value=summary["p99_ms"], labels=labels,
-                                      n=summary["n"], unit="ms", entry=session.entry))
+                                      name="client_loop_lag_p99_ms", value=lag_summary["p99_ms"], labels=labels,
+                                      n=lag_summary["n"], unit="ms", entry=session.entry))
                 metrics.append(Metric(run_id=run_id, target=session.target.name, probe=session.probe_name,
-                                      name="client_saturated", value=float(summary["saturated"]),
-                                      labels=labels, n=summary["n"], unit="bool", entry=session.entry))
-                if summary["saturated"]:
+                                      name="client_saturated", value=float(lag_summary["saturated"]),
+                                      labels=labels, n=lag_summary["n"], unit="bool", entry=session.entry))
+                if lag_summary["saturated"]:
                     self.console.print(f"warning: {session.target.name} {session.probe_name} {labels}: the "
-                                       f"client's event loop lagged (p99 {summary['p99_ms']:.1f} ms); latency "
+                                       f"client's event loop lagged (p99 {lag_summary['p99_ms']:.1f} ms); latency "
                                        f"figures there are inflated by the client", markup=False)
         return metrics
 

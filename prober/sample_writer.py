@@ -72,7 +72,8 @@ class SampleWriterProcess:
                 got, error = self._replies.get(timeout=_POLL_SECONDS)
             except queue.Empty:
                 if not self._process.is_alive():
-                    raise SampleStorageError(f"the sample-writer process died (exit code {self._process.exitcode})")
+                    raise SampleStorageError(
+                        f"the sample-writer process died (exit code {self._process.exitcode})") from None
                 if timeout is not None:
                     timeout -= _POLL_SECONDS
                     if timeout <= 0:
@@ -85,7 +86,7 @@ class SampleWriterProcess:
 
 
 def _writer_main(store_url: str, max_output_chars: int | None, conformance: bool,
-                 inbox: multiprocessing.Queue, replies: multiprocessing.Queue, parent_pid: int,
+                 inbox: multiprocessing.Queue[Any], replies: multiprocessing.Queue[Any], parent_pid: int,
                  secrets: tuple[str, ...]) -> None:
     # Ctrl-C, `timeout` and systemd signal the whole process group; the parent decides when the
     # run stops, and then closes the writer, which still has samples to write. Should the parent

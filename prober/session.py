@@ -16,20 +16,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from asyncio_throttle import Throttler
+from asyncio_throttle.throttler import Throttler
+from rich.progress import TaskID
 
 from prober.budget import BudgetExhausted, RunBudget
 from prober.core.config import RunnerConfig, TargetConfig
-from prober.progress import RunProgress
 from prober.core.records import ChatRequest, Exchange, Sample
+from prober.progress import RunProgress
 from prober.retry import retry_delay, should_retry
 from prober.sample_writer import SampleWriterProcess
 from prober.targets.base import TargetAdapter
 
-
 # The progress task that requests sent in this asyncio context count towards (see progress_task);
 # tasks a probe starts inside the block inherit it.
-_progress_task: contextvars.ContextVar[int | None] = contextvars.ContextVar("prober_progress_task", default=None)
+_progress_task: contextvars.ContextVar[TaskID | None] = contextvars.ContextVar("prober_progress_task", default=None)
 
 
 @dataclass
@@ -49,7 +49,7 @@ class TargetGate:
     throttler: Throttler | None
 
     @classmethod
-    def for_target(cls, target: TargetConfig) -> "TargetGate":
+    def for_target(cls, target: TargetConfig) -> TargetGate:
         throttler = None
         if target.requests_per_second:
             # asyncio-throttle counts whole requests per period; a fractional rate becomes a longer period.
@@ -69,7 +69,7 @@ class TargetSession:
     writer: SampleWriterProcess
     settings: RunnerConfig
     progress: RunProgress
-    request_counter: itertools.count
+    request_counter: itertools.count[int]
     entry: str | None = None   # the suite entry this session runs; stamped on every sample
     windows: list[LoopWindow] = field(default_factory=list)
 
@@ -101,14 +101,12 @@ class TargetSession:
                 await self._throttle()
                 exchange = await self.adapter.send(request, attempt=attempt, before_resend=before_resend)
             self.budget.record(exchange)
-            retry = should_retry(exchange, tries, self.settings.max_retries)
             delay = None
-            if retry:
+            if should_retry(exchange, tries, self.settings.max_retries):
                 delay = retry_delay(tries, exchange.response_headers, base=self.settings.backoff_base,
                                     cap=self.settings.backoff_max, retry_after_max=self.settings.retry_after_max)
-                retry = delay is not None
-            store(exchange, final=not retry)
-            if not retry:
+            store(exchange, final=delay is None)
+            if delay is None:
                 task_id = _progress_task.get()
                 if task_id is not None:
                     self.progress.advance(task_id, failed=not exchange.ok)

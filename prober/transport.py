@@ -107,7 +107,8 @@ def proxy_for(origin: Origin, environ: Mapping[str, str] | None = None) -> Proxy
     url = proxies.get(origin.scheme) or proxies.get("all")
     if not url:
         return None
-    if urllib.request.proxy_bypass_environment(origin.authority, proxies):
+    # Undocumented but present since Python 3.0; typeshed leaves it out.
+    if urllib.request.proxy_bypass_environment(origin.authority, proxies):  # type: ignore[attr-defined]
         return None
     if "://" not in url:
         url = f"http://{url}"                       # httpx reads a bare host:port as http
@@ -347,7 +348,7 @@ class Response:
         self._pushed: asyncio.Future[None] | None = None
         # Body bytes without framing; with Content-Encoding, also decompressed (`_inflate`).
         self._decode: Callable[[], bytes] = self._unframe
-        self._inflater = None
+        self._inflater: zlib._Decompress | None = None
 
     @property
     def last_ns(self) -> int:
@@ -450,6 +451,7 @@ class Response:
     def _unframe_and_inflate(self) -> bytes:
         data = self._unframe()
         inflater = self._inflater
+        assert inflater is not None                # _decode is this method only once it is set
         try:
             out = inflater.decompress(data) if data else b""
             if self._state == _DONE:
@@ -713,7 +715,8 @@ class HTTPTransport:
                         stage = f"CONNECT {origin.authority} through the proxy {proxy.address}"
                         await self._tunnel(conn, proxy)
                         stage = f"TLS handshake with {origin.host}:{origin.port} through the proxy"
-                        conn.transport = await loop.start_tls(   # type: ignore[assignment]
+                        assert conn.transport is not None  # the tunnel is open
+                        conn.transport = await loop.start_tls(
                             conn.transport, conn, self._ssl, server_hostname=origin.host)
         except TimeoutError:
             raise TransportError("timeout", f"connect timeout after {budget:g}s: {stage}",
@@ -845,7 +848,7 @@ async def unreachable_reason(url: str, timeout: float) -> str | None:
     via = f" (the proxy for {origin.authority})" if proxy is not None else ""
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(hop.host, hop.port), timeout)
-    except (OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError) as exc:
         return f"cannot connect to {hop.host}:{hop.port}{via} ({type(exc).__name__}: {exc or 'timed out'})"
     writer.close()
     return None

@@ -3,8 +3,8 @@
 A probe builds requests and decides what its samples mean. It never opens a socket: it sends
 through the `ProbeContext` the runner gives it, which applies the target's rate limit, retries,
 the run budget and progress, and stores every attempt. After the run, `summarize` turns the stored
-sample rows (dicts as returned by `store.Store.samples`) into Metric rows; because it reads stored
-rows, a past run can be re-summarized. The class also declares how its results are shown and
+sample rows (`SampleRow`s as returned by `store.Store.samples`) into Metric rows; because it reads
+stored rows, a past run can be re-summarized. The class also declares how its results are shown and
 judged (`charts`, `examples`, `metric_families`, prober/core/declarations.py), and is found by name
 through the `prober.probes` entry-point group (prober/core/probe_registry.py; pyproject.toml lists the
 built-ins), so a probe family is one module, its suite file and its tests.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -23,7 +23,7 @@ from prober.core import stats
 from prober.core.config import TargetConfig
 from prober.core.declarations import Chart, MetricFamily, NotableSample
 from prober.core.probe_registry import probe_class
-from prober.core.records import ChatRequest, Exchange, Metric
+from prober.core.records import ChatRequest, Exchange, Metric, SampleRow
 
 
 class ProbeParams(BaseModel):
@@ -60,13 +60,19 @@ class ProbeContext(Protocol):
 # regression, and an error is an error wherever it happens, so every cell of a run is pooled.
 ERROR_RATE = MetricFamily("error_rate", "share", bad_direction=1, pool_every_label=True)
 
+P = TypeVar("P", bound=ProbeParams)
 
-class Probe(abc.ABC):
+
+class Probe(abc.ABC, Generic[P]):
+    """A probe family, generic over its parameter model P: `run` and `summarize` receive the
+    validated `Params` instance."""
+
     name: ClassVar[str]
     # Bump when a change makes tonight's metrics incomparable with last night's for the same
     # parameters (what is sent, what is counted, how a metric is computed): drift baselines only
     # take runs of the same version. Refactors and new metrics leave it alone.
     version: ClassVar[int] = 1
+    # The model P itself, for validating a suite entry (a ClassVar cannot name a type variable).
     Params: ClassVar[type[ProbeParams]]
     # Every metric name `summarize` can produce, known without running anything (SLO rules are
     # checked against them at load). None: not declared (SLO rules on it go unchecked).
@@ -84,11 +90,11 @@ class Probe(abc.ABC):
     pooled_labels: ClassVar[frozenset[str]] = frozenset()
 
     @abc.abstractmethod
-    async def run(self, ctx: ProbeContext, params: ProbeParams) -> None:
+    async def run(self, ctx: ProbeContext, params: P) -> None:
         """Sample the endpoint; every Exchange goes to the store through ctx."""
 
     @abc.abstractmethod
-    def summarize(self, samples: Sequence[dict[str, Any]], params: ProbeParams, *, run_id: str,
+    def summarize(self, samples: Sequence[SampleRow], params: P, *, run_id: str,
                   target: str) -> list[Metric]:
         """Turn stored samples of one target into metrics."""
 
@@ -97,7 +103,7 @@ class Probe(abc.ABC):
         target; the report leaves out a chart none of whose metrics is there."""
         return []
 
-    def examples(self, samples: Sequence[dict[str, Any]]) -> list[NotableSample]:
+    def examples(self, samples: Sequence[SampleRow]) -> list[NotableSample]:
         """Stored outputs worth a human look among one run's successful final samples of one
         target, most telling first; the report shows the first few, and failed requests itself."""
         return []

@@ -37,9 +37,9 @@ from pydantic import Field, field_validator, model_validator
 
 from prober.core import stats
 from prober.core.config import Pricing
-from prober.core.records import ChatRequest, Exchange, Metric
-from probes import caching_requests as rq
 from prober.core.declarations import Chart, MetricFamily
+from prober.core.records import ChatRequest, Exchange, Metric, SampleRow
+from probes import caching_requests as rq
 from probes.base import MetricCollector, Probe, ProbeContext, ProbeParams
 from probes.prompts import nonce
 
@@ -120,7 +120,7 @@ class CachingParams(ProbeParams):
         return {**DOCUMENTED_MIN_PREFIX, **value} if isinstance(value, dict) else value
 
     @model_validator(mode="after")
-    def _lookback_fits(self) -> "CachingParams":
+    def _lookback_fits(self) -> CachingParams:
         for n in self.lookback_blocks:
             if n < 2 or n % 2:
                 raise ValueError(f"lookback_blocks: {n} is not an even number >= 2 (blocks come in "
@@ -149,7 +149,7 @@ def _details(usage: dict[str, Any]) -> dict[str, Any]:
     return details if isinstance(details, dict) else {}
 
 
-def reported_read(row: dict[str, Any]) -> int | None:
+def reported_read(row: SampleRow) -> int | None:
     """Cache-read tokens exactly as reported; None when the field is absent."""
     usage = row.get("usage") or {}
     if row.get("protocol") == "anthropic":
@@ -157,7 +157,7 @@ def reported_read(row: dict[str, Any]) -> int | None:
     return _int(_details(usage).get("cached_tokens"))
 
 
-def reported_write(row: dict[str, Any]) -> int | None:
+def reported_write(row: SampleRow) -> int | None:
     """Cache-write tokens as reported (Anthropic cache_creation_input_tokens, OpenAI
     prompt_tokens_details.cache_write_tokens); None when absent."""
     usage = row.get("usage") or {}
@@ -166,7 +166,7 @@ def reported_write(row: dict[str, Any]) -> int | None:
     return _int(_details(usage).get("cache_write_tokens"))
 
 
-def prompt_total(row: dict[str, Any]) -> int | None:
+def prompt_total(row: SampleRow) -> int | None:
     """All prompt tokens. Anthropic: input_tokens (the uncached remainder) + creation + read, an
     absent cache field adding nothing; OpenAI: prompt_tokens, which includes cached_tokens."""
     usage = row.get("usage") or {}
@@ -184,10 +184,10 @@ class CacheReads:
     when it is 0); when it never reports it, every read is unknown: "cache reporting unavailable",
     not zero hits."""
 
-    def __init__(self, rows: Sequence[dict[str, Any]]) -> None:
+    def __init__(self, rows: Sequence[SampleRow]) -> None:
         self.available = any(reported_read(r) is not None for r in rows if not r.get("error_type"))
 
-    def __call__(self, row: dict[str, Any]) -> int | None:
+    def __call__(self, row: SampleRow) -> int | None:
         if row.get("error_type") or not row.get("usage"):
             return None
         read = reported_read(row)
@@ -196,7 +196,7 @@ class CacheReads:
         return read
 
 
-def cost_multiplier(rows: Sequence[dict[str, Any]], reads: CacheReads, write_multiplier: float,
+def cost_multiplier(rows: Sequence[SampleRow], reads: CacheReads, write_multiplier: float,
                     read_multiplier: float) -> tuple[float | None, str]:
     """Prompt cost of one sequence (rows in send order) with caching over its cost without:
     uncached tokens at 1x, writes at `write_multiplier`, reads at `read_multiplier`. Output tokens
@@ -209,8 +209,11 @@ def cost_multiplier(rows: Sequence[dict[str, Any]], reads: CacheReads, write_mul
     """
     cost = baseline = 0.0
     assumed = False
-    known = [(row, prompt_total(row), reads(row)) for row in rows]
-    known = [(row, total, read) for row, total, read in known if total is not None and read is not None]
+    known: list[tuple[SampleRow, int, int]] = []
+    for row in rows:
+        total, read = prompt_total(row), reads(row)
+        if total is not None and read is not None:
+            known.append((row, total, read))
     for i, (row, total, read) in enumerate(known):
         write = reported_write(row)
         if write is None:
@@ -235,7 +238,7 @@ def classify_tier(read: int | None, boundaries: dict[str, float], hit_min: int) 
 
 # --- the probe -------------------------------------------------------------------------------------
 
-class CachingProbe(Probe):
+class CachingProbe(Probe[CachingParams]):
     name = "caching"
     version = 1
     metric_names = frozenset({
@@ -257,7 +260,7 @@ class CachingProbe(Probe):
     )
     pooled_labels = frozenset({"position"})
 
-    async def run(self, ctx: ProbeContext, params: CachingParams) -> None:  # type: ignore[override]
+    async def run(self, ctx: ProbeContext, params: CachingParams) -> None:
         session = _Session(ctx, params)
         for case in params.cases:
             if case in ANTHROPIC_ONLY and ctx.target.protocol != "anthropic":
@@ -265,7 +268,7 @@ class CachingProbe(Probe):
             with ctx.progress_task(f"caching {case}"):
                 await getattr(session, case)()
 
-    def summarize(self, samples: Sequence[dict[str, Any]], params: CachingParams, *,  # type: ignore[override]
+    def summarize(self, samples: Sequence[SampleRow], params: CachingParams, *,
                   run_id: str, target: str) -> list[Metric]:
         rows = [r for r in samples if r.get("probe") == self.name and r.get("final", True)]
         return _Summary(rows, params, run_id=run_id, target=target, probe=self.name).metrics()
@@ -342,7 +345,7 @@ class _Session:
             labels: dict[str, Any] = {"sequence": seq, "target_tokens": tokens, "words": words}
             counted = await self.ctx.count_tokens(request(0)) if baseline[0] == "count_tokens" else None
             writer = await self.ctx.send(request(0), case="min_prefix", labels={**labels, "role": "writer"})
-            if counted is not None:
+            if counted is not None and baseline[1] is not None:
                 measured: int | None = counted - baseline[1]
             else:
                 total = prompt_total(_as_row(writer))
@@ -411,9 +414,9 @@ class _Session:
         counts = {tier: await self.ctx.count_tokens(request)
                   for tier, request in rq.tier_count_requests(seq, tier_tokens=tier_tokens, ttl=self.p.ttl).items()}
         boundaries = None
-        if all(v is not None for v in counts.values()):
-            boundaries = {"tools": counts["tools"] - counts["empty"], "system": counts["system"] - counts["empty"],
-                          "messages": counts["messages"]}
+        tools, system, messages, empty = (counts[k] for k in ("tools", "system", "messages", "empty"))
+        if tools is not None and system is not None and messages is not None and empty is not None:
+            boundaries = {"tools": tools - empty, "system": system - empty, "messages": messages}
         labels = {"sequence": seq, "tier_tokens": boundaries, "prefix_tokens": tier_tokens}
 
         def request(change: str) -> ChatRequest:
@@ -434,7 +437,7 @@ class _Session:
             await self.ctx.send(self._sequence(seq, i), case="ttl", labels={**labels, "role": role, "index": i})
 
 
-def _as_row(exchange: Exchange) -> dict[str, Any]:
+def _as_row(exchange: Exchange) -> SampleRow:
     """The fields of an Exchange the usage readers look at, shaped like a stored row."""
     return {"protocol": exchange.protocol, "usage": exchange.usage, "error_type": exchange.error_type}
 
@@ -442,13 +445,13 @@ def _as_row(exchange: Exchange) -> dict[str, Any]:
 # --- summary ---------------------------------------------------------------------------------------
 
 class _Summary:
-    def __init__(self, rows: list[dict[str, Any]], params: CachingParams, *, run_id: str, target: str,
+    def __init__(self, rows: list[SampleRow], params: CachingParams, *, run_id: str, target: str,
                  probe: str) -> None:
         self.rows = rows
         self.p = params
         self.reads = CacheReads(rows)
         self.collected = MetricCollector(run_id=run_id, target=target, probe=probe)
-        self.by_case: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.by_case: dict[str, list[SampleRow]] = defaultdict(list)
         for row in rows:
             self.by_case[row["case"]].append(row)
 
@@ -459,7 +462,7 @@ class _Summary:
     def share(self, name: str, successes: int, n: int, labels: dict[str, Any]) -> None:
         self.collected.share(name, successes, n, labels)
 
-    def hit(self, row: dict[str, Any]) -> bool | None:
+    def hit(self, row: SampleRow) -> bool | None:
         read = self.reads(row)
         return None if read is None else read >= self.p.hit_min_tokens
 
@@ -475,7 +478,7 @@ class _Summary:
 
     # each case ------------------------------------------------------------------------------------
 
-    def _hits_and_fraction(self, rows: list[dict[str, Any]], labels: dict[str, Any]) -> None:
+    def _hits_and_fraction(self, rows: list[SampleRow], labels: dict[str, Any]) -> None:
         """Hit rate, read fraction and median cache-read tokens over the non-first requests."""
         later = [r for r in rows if r["labels"].get("index", 0) >= 1]
         known = [r for r in later if self.reads(r) is not None]
@@ -484,20 +487,19 @@ class _Summary:
             self.share("hit_rate", hits, len(known), labels)
         else:
             self.add("hit_rate", None, labels, n=0, unit="ratio")
-        pairs = [(self.reads(r), prompt_total(r)) for r in known]
-        pairs = [(read, total) for read, total in pairs if total]
+        pairs = [(read, total) for r in known
+                 if (read := self.reads(r)) is not None and (total := prompt_total(r))]
         total = sum(t for _, t in pairs)
         self.add("read_fraction", sum(r for r, _ in pairs) / total if total else None, labels,
                  n=len(pairs), unit="ratio")
         self.collected.percentile("cached_tokens_p50", [read for read, _ in pairs], 50, labels, "tokens")
 
-    def _repeat(self, rows: list[dict[str, Any]]) -> None:
+    def _repeat(self, rows: list[SampleRow]) -> None:
         labels = {"case": "repeat"}
         self._hits_and_fraction(rows, labels)
         ok = [r for r in rows if not r.get("error_type")]
-        first = [r["ttft_ms"] for r in ok if r["labels"]["index"] == 0 and r.get("ttft_ms") is not None]
-        hit_ttft = [r["ttft_ms"] for r in ok if r["labels"]["index"] >= 1 and self.hit(r)
-                    and r.get("ttft_ms") is not None]
+        first = [t for r in ok if r["labels"]["index"] == 0 and (t := r.get("ttft_ms")) is not None]
+        hit_ttft = [t for r in ok if r["labels"]["index"] >= 1 and self.hit(r) and (t := r.get("ttft_ms")) is not None]
         first_ms, hit_ms = stats.median(first), stats.median(hit_ttft)
         self.collected.percentile("ttft_first_ms", first, 50, labels, "ms")
         self.collected.percentile("ttft_hit_p50_ms", hit_ttft, 50, labels, "ms")
@@ -511,15 +513,15 @@ class _Summary:
             self.add("cost_multiplier", value, {**labels, "ttl": first_labels["ttl"], "writes": writes},
                      n=len(seq_rows), unit="ratio")
 
-    def _volatile(self, rows: list[dict[str, Any]]) -> None:
-        by_position: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    def _volatile(self, rows: list[SampleRow]) -> None:
+        by_position: dict[str, list[SampleRow]] = defaultdict(list)
         for row in rows:
             by_position[row["labels"]["position"]].append(row)
         for position in rq.VOLATILE_POSITIONS:
             if by_position.get(position):
                 self._hits_and_fraction(by_position[position], {"case": "volatile", "position": position})
 
-    def _lookback(self, rows: list[dict[str, Any]]) -> None:
+    def _lookback(self, rows: list[SampleRow]) -> None:
         reads_previous: dict[tuple[str, int], bool | None] = {}
         for seq_rows in _by_sequence(rows).values():
             roles = {r["labels"]["role"]: r for r in seq_rows}
@@ -550,7 +552,7 @@ class _Summary:
         else:
             self.add("extra_breakpoints_recover", None, labels, n=0, unit="ratio")
 
-    def _min_prefix(self, rows: list[dict[str, Any]]) -> None:
+    def _min_prefix(self, rows: list[SampleRow]) -> None:
         labels = {"case": "min_prefix"}
         tried: list[tuple[int, bool]] = []
         for seq_rows in _by_sequence(rows).values():
@@ -564,7 +566,7 @@ class _Summary:
         smallest = min(cached) if cached else None
         below = [size for size, ok in tried if not ok and (smallest is None or size < smallest)]
         largest_miss = max(below) if below else None
-        model = next((r["request_body"].get("model") for r in rows if isinstance(r.get("request_body"), dict)), "")
+        model = next((body.get("model") for r in rows if isinstance(body := r.get("request_body"), dict)), "")
         documented = documented_minimum(model or "", self.p.documented_min_prefix)
         self.add("min_prefix_tokens", smallest, labels, n=len(tried), unit="tokens")
         self.add("largest_uncached_tokens", largest_miss, labels, n=len(tried), unit="tokens")
@@ -577,7 +579,7 @@ class _Summary:
                 agrees = float((largest_miss is None or largest_miss < documented) and documented <= smallest)
         self.add("min_prefix_agrees", agrees, labels, n=len(tried), unit="bool")
 
-    def _fanout(self, rows: list[dict[str, Any]]) -> None:
+    def _fanout(self, rows: list[SampleRow]) -> None:
         for pattern in ("simultaneous", "staggered"):
             members = [r for r in rows if r["labels"]["pattern"] == pattern]
             if not members:
@@ -590,14 +592,14 @@ class _Summary:
             if pattern == "staggered":
                 writer = next((r for r in members if r["labels"]["role"] == "writer"), None)
                 followers = [r for r in members if r["labels"]["role"] == "follower"]
-                if writer is not None and writer.get("ttft_ms") is not None:
-                    first_token = writer["started_at"].timestamp() + writer["ttft_ms"] / 1000
+                if writer is not None and (writer_ttft := writer.get("ttft_ms")) is not None:
+                    first_token = writer["started_at"].timestamp() + writer_ttft / 1000
                     after = sum(1 for r in followers if r["started_at"].timestamp() >= first_token)
                     self.share("followers_after_first_token", after, len(followers), labels)
-                waits = [r["labels"].get("wait_ms") for r in followers if r["labels"].get("wait_ms") is not None]
+                waits = [wait for r in followers if (wait := r["labels"].get("wait_ms")) is not None]
                 self.collected.percentile("stagger_wait_ms", waits, 50, labels, "ms")
 
-    def _tiers(self, rows: list[dict[str, Any]]) -> None:
+    def _tiers(self, rows: list[SampleRow]) -> None:
         matches = []
         for seq_rows in _by_sequence(rows).values():
             base = next((r for r in seq_rows if r["labels"]["change"] == "base"), None)
@@ -628,7 +630,7 @@ class _Summary:
                          n=1, unit="bool")
         self.share("tier_match_rate", sum(matches), len(matches), {"case": "tiers"})
 
-    def _ttl(self, rows: list[dict[str, Any]]) -> None:
+    def _ttl(self, rows: list[SampleRow]) -> None:
         for seq_rows in _by_sequence(rows).values():
             roles = {r["labels"]["role"]: r for r in seq_rows}
             labels = {"case": "ttl", "ttl": seq_rows[0]["labels"]["ttl"]}
@@ -653,12 +655,12 @@ class _Summary:
         # the same prefix length. Cold: the volatile system_start requests (all misses) when they
         # ran, else the repeat sequence's first request.
         repeat = [r for r in self.by_case.get("repeat", []) if not r.get("error_type")]
-        cold = [r["ttft_ms"] for r in self.by_case.get("volatile", [])
-                if r["labels"]["position"] == "system_start" and not r.get("error_type") and r.get("ttft_ms")]
+        cold = [t for r in self.by_case.get("volatile", [])
+                if r["labels"]["position"] == "system_start" and not r.get("error_type") and (t := r.get("ttft_ms"))]
         if not cold:
-            cold = [r["ttft_ms"] for r in repeat if r["labels"]["index"] == 0 and r.get("ttft_ms")]
+            cold = [t for r in repeat if r["labels"]["index"] == 0 and (t := r.get("ttft_ms"))]
         later = [r for r in repeat if r["labels"]["index"] >= 1]
-        warm = [r["ttft_ms"] for r in later if r.get("ttft_ms")]
+        warm = [t for r in later if (t := r.get("ttft_ms"))]
         cold_ms, warm_ms = stats.median(cold), stats.median(warm)
         ratio = warm_ms / cold_ms if cold_ms and warm_ms is not None else None
         self.add("ttft_warm_vs_cold", ratio, labels, n=len(warm), unit="ratio")
@@ -679,22 +681,24 @@ class _Summary:
         absolute, relative = TOTAL_TOLERANCE
         for case in ("repeat", "volatile"):
             for seq_rows in _by_sequence(self.by_case.get(case, [])).values():
-                ok = sorted((r for r in seq_rows if not r.get("error_type") and prompt_total(r) is not None),
-                            key=lambda r: r["labels"]["index"])
+                ok = sorted(((r, total) for r in seq_rows
+                             if not r.get("error_type") and (total := prompt_total(r)) is not None),
+                            key=lambda pair: pair[0]["labels"]["index"])
                 if not ok:
                     continue
-                reference = prompt_total(ok[0])
-                for row in ok[1:]:
-                    if abs(prompt_total(row) - reference) > max(absolute, relative * reference):
+                reference = ok[0][1]
+                for row, total in ok[1:]:
+                    if abs(total - reference) > max(absolute, relative * reference):
                         off.add(id(row))
         return off
 
 
-def usage_problems(row: dict[str, Any]) -> list[str]:
+def usage_problems(row: SampleRow) -> list[str]:
     """What is wrong with one sample's usage on its own: negative or non-integer counts, and
     OpenAI cached_tokens above prompt_tokens."""
     usage = row.get("usage") or {}
     problems = []
+    fields: dict[str, Any]
     if row.get("protocol") == "anthropic":
         fields = {k: usage.get(k) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
                   if k in usage}
@@ -713,8 +717,8 @@ def usage_problems(row: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _by_sequence(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def _by_sequence(rows: Sequence[SampleRow]) -> dict[str, list[SampleRow]]:
+    groups: dict[str, list[SampleRow]] = defaultdict(list)
     for row in rows:
         groups[row["labels"].get("sequence", "")].append(row)
     return groups

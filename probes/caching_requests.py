@@ -46,7 +46,7 @@ def cache_control(ttl: str) -> dict[str, Any]:
 
 def timestamp() -> str:
     """The volatile value: the kind of line that kills caches in production prompts."""
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds")
 
 
 def prefix_tools(seq: str, words: int = _TOOL_WORDS, edit: str = "") -> list[dict[str, Any]]:
@@ -145,7 +145,8 @@ def breakpoint_positions(n: int, every: int | None) -> list[int]:
     return [*marks, n]
 
 
-def lookback_conversation(seq: str, n: int, *, every: int | None, ttl: str) -> tuple[list, list]:
+def lookback_conversation(seq: str, n: int, *, every: int | None, ttl: str
+                          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(writer messages, reader messages). The writer's one block carries a breakpoint; the reader
     repeats it without one and appends n blocks: an assistant turn of n/2 tool_use blocks and a
     user turn of their n/2 tool_result blocks, with breakpoints at `breakpoint_positions`."""
@@ -153,9 +154,9 @@ def lookback_conversation(seq: str, n: int, *, every: int | None, ttl: str) -> t
     writer = [{"role": "user", "content": [{"type": "text", "text": opening,
                                             "cache_control": cache_control(ttl)}]}]
     pairs = n // 2
-    uses = [{"type": "tool_use", "id": f"toolu_{seq}_{k:02d}", "name": "get_weather",
+    uses: list[dict[str, Any]] = [{"type": "tool_use", "id": f"toolu_{seq}_{k:02d}", "name": "get_weather",
              "input": {"city": f"city {k}"}} for k in range(pairs)]
-    results = [{"type": "tool_result", "tool_use_id": f"toolu_{seq}_{k:02d}",
+    results: list[dict[str, Any]] = [{"type": "tool_result", "tool_use_id": f"toolu_{seq}_{k:02d}",
                 "content": f"city {k}: sunny, {10 + k} degrees"} for k in range(pairs)]
     new_blocks = uses + results
     for position in breakpoint_positions(n, every):

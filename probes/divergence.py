@@ -29,14 +29,14 @@ import contextlib
 import itertools
 import json
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from prober.core import stats
-from prober.core.records import ChatRequest, Metric
 from prober.core.declarations import Chart, MetricFamily, NotableSample
+from prober.core.records import ChatRequest, Metric, SampleRow
 from probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext, ProbeParams
 from probes.prompts import filler_words, nonce
 
@@ -120,7 +120,7 @@ class DivergenceParams(ProbeParams):
         return names
 
     @model_validator(mode="after")
-    def _unique_names(self) -> "DivergenceParams":
+    def _unique_names(self) -> DivergenceParams:
         names = [p.name for p in self.selected_prompts()]
         if not names:
             raise ValueError("no prompts: select shipped prompts or add custom_prompts")
@@ -135,6 +135,11 @@ class DivergenceParams(ProbeParams):
 
     def requests_at(self, level: int) -> int:
         return max(self.requests_per_level, level)
+
+
+def _same_request(prompt: DivergencePrompt, params: DivergenceParams, protocol: str) -> Callable[[int], ChatRequest]:
+    """closed_loop's make_request for one prompt: every request of it is the same."""
+    return lambda _index: build_request(prompt, params, protocol)
 
 
 def build_request(prompt: DivergencePrompt, params: DivergenceParams, protocol: str) -> ChatRequest:
@@ -187,7 +192,7 @@ async def background_load(ctx: ProbeContext, params: DivergenceParams, level: in
     await asyncio.gather(*workers)
 
 
-class DivergenceProbe(Probe):
+class DivergenceProbe(Probe[DivergenceParams]):
     name = "divergence"
     # 2: divergence is measured against a separate reference sample, not the lowest level's mode.
     version = 2
@@ -198,7 +203,7 @@ class DivergenceProbe(Probe):
         "semantic_divergence_rate", "field_agreement", "divergence_trend_p_value", "divergence_trend_z",
         "divergence_exact_p_value", "system_fingerprint_requests", "rejected_param_requests",
         "reference_modal_share"})
-    label_params = {"levels": "concurrency"}
+    label_params: ClassVar[dict[str, str]] = {"levels": "concurrency"}
     Params = DivergenceParams
     # modal_share and divergence_rate_vs_modal mirror divergence_rate, which pages for them: their
     # moves are notices.
@@ -209,12 +214,12 @@ class DivergenceProbe(Probe):
     )
     pooled_labels = frozenset({"prompt"})
 
-    async def run(self, ctx: ProbeContext, params: DivergenceParams) -> None:  # type: ignore[override]
+    async def run(self, ctx: ProbeContext, params: DivergenceParams) -> None:
         prompts = params.selected_prompts()
         for prompt in prompts:
             await ctx.closed_loop(
                 concurrency=1, count=params.reference_requests,
-                make_request=lambda _, p=prompt: build_request(p, params, ctx.target.protocol),
+                make_request=_same_request(prompt, params, ctx.target.protocol),
                 case=prompt.name, labels={"concurrency": 1, "prompt": prompt.name, "phase": "reference"},
                 title=f"divergence {prompt.name} reference")
         for level in params.levels:
@@ -222,19 +227,19 @@ class DivergenceProbe(Probe):
                 for prompt in prompts:
                     await ctx.closed_loop(
                         concurrency=level, count=params.requests_at(level),
-                        make_request=lambda _, p=prompt: build_request(p, params, ctx.target.protocol),
+                        make_request=_same_request(prompt, params, ctx.target.protocol),
                         case=prompt.name, labels={"concurrency": level, "prompt": prompt.name, "phase": "measure"},
                         title=f"divergence {prompt.name} c={level}")
 
-    def summarize(self, samples: Sequence[dict[str, Any]], params: DivergenceParams, *,  # type: ignore[override]
+    def summarize(self, samples: Sequence[SampleRow], params: DivergenceParams, *,
                   run_id: str, target: str) -> list[Metric]:
         final = [r for r in samples if r.get("probe") == self.name and r.get("final", True)]
         measured = [r for r in final if (r.get("labels") or {}).get("phase") == "measure"]
-        by_prompt: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+        by_prompt: dict[str, dict[int, list[SampleRow]]] = defaultdict(lambda: defaultdict(list))
         for row in measured:
             labels = row["labels"]
             by_prompt[str(labels["prompt"])][int(labels["concurrency"])].append(row)
-        reference_rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        reference_rows: dict[str, list[SampleRow]] = defaultdict(list)
         for row in final:
             if row["labels"].get("phase") == "reference" and not row.get("error_type"):
                 reference_rows[str(row["labels"]["prompt"])].append(row)
@@ -309,10 +314,10 @@ class DivergenceProbe(Probe):
                 Chart("versus", "Divergence from each level's own modal output", "divergence rate",
                       ("divergence_rate_vs_modal",), x="concurrency")]
 
-    def examples(self, samples: Sequence[dict[str, Any]]) -> list[NotableSample]:
+    def examples(self, samples: Sequence[SampleRow]) -> list[NotableSample]:
         """Outputs unlike the most common output of their case (the same prompt at any concurrency),
         each distinct output once."""
-        by_case: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        by_case: dict[str, list[SampleRow]] = defaultdict(list)
         for row in samples:
             by_case[row["case"]].append(row)
         found, seen = [], set()
@@ -326,7 +331,7 @@ class DivergenceProbe(Probe):
         return found
 
 
-def first_divergence_positions(differing: list[dict[str, Any]], reference: dict[str, Any]
+def first_divergence_positions(differing: list[SampleRow], reference: SampleRow
                                ) -> tuple[list[int], list[int]]:
     """Where each differing output parts from the reference: in characters (of the stored text),
     and in tokens for the outputs whose tokens are known, when the reference's are too."""
@@ -342,11 +347,12 @@ def first_divergence_positions(differing: list[dict[str, Any]], reference: dict[
     return chars, tokens
 
 
-def json_agreement(ok: list[dict[str, Any]], reference: Any) -> list[tuple[str, int, dict[str, Any]]]:
+def json_agreement(ok: list[SampleRow], reference: Any) -> list[tuple[str, int, dict[str, Any]]]:
     """(metric name, outputs that count, extra labels) for a JSON prompt: outputs that parse, that
     mean the same as the reference (its parsed value), and that agree with it field by field."""
     parsed = [parse_json(r.get("output_text")) for r in ok]
-    shares = [("json_valid_rate", sum(1 for value in parsed if value is not _INVALID), {})]
+    shares: list[tuple[str, int, dict[str, Any]]] = [
+        ("json_valid_rate", sum(1 for value in parsed if value is not _INVALID), {})]
     if reference is _INVALID:
         return shares
     shares.append(("semantic_divergence_rate", sum(1 for value in parsed if value != reference), {}))
@@ -369,7 +375,7 @@ def parse_json(text: str | None) -> Any:
         return _INVALID
 
 
-def _modal_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _modal_row(rows: list[SampleRow]) -> SampleRow | None:
     """The first row carrying the most common output (ties go to the output seen first)."""
     if not rows:
         return None
@@ -378,9 +384,9 @@ def _modal_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return next(r for r in rows if counts[r["output_sha256"]] == top)
 
 
-def _modal_json(rows: list[dict[str, Any]]) -> Any:
+def _modal_json(rows: list[SampleRow]) -> Any:
     """The most common parsed JSON value among the rows whose output parses; _INVALID if none."""
-    canonical = Counter()
+    canonical: Counter[str] = Counter()
     values: dict[str, Any] = {}
     for row in rows:
         value = parse_json(row.get("output_text"))
@@ -403,12 +409,12 @@ def common_prefix_length(a: Sequence[Any], b: Sequence[Any]) -> int:
 
 def _reported_output_tokens(usage: dict[str, Any] | None) -> int | None:
     for key in ("output_tokens", "completion_tokens"):
-        if isinstance((usage or {}).get(key), int):
-            return usage[key]
+        if isinstance(count := (usage or {}).get(key), int):
+            return count
     return None
 
 
-def output_token_pieces(row: dict[str, Any]) -> list[str] | None:
+def output_token_pieces(row: SampleRow) -> list[str] | None:
     """The output split into its tokens: from logprobs when the endpoint returned them, else from
     the stream's chunks when it sent exactly one token per chunk (the chunk count equals the
     reported output tokens); None when neither tells."""
@@ -422,4 +428,4 @@ def output_token_pieces(row: dict[str, Any]) -> list[str] | None:
             or _reported_output_tokens(row.get("usage")) != len(chunks)):
         return None
     offsets = list(itertools.accumulate(chunks, initial=0))
-    return [text[start:end] for start, end in zip(offsets, offsets[1:])]
+    return [text[start:end] for start, end in itertools.pairwise(offsets)]

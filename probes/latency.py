@@ -7,15 +7,16 @@ a nonce so that no prefix cache can flatter the numbers.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
 from prober.core import stats
-from prober.core.records import ChatRequest, Metric
 from prober.core.declarations import Chart, MetricFamily
+from prober.core.records import ChatRequest, Metric, SampleRow
 from probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext, ProbeParams
 from probes.prompts import filler_words, nonce
 
@@ -42,28 +43,28 @@ class LatencyParams(ProbeParams):
         return sorted(set(levels))
 
 
-def output_tokens(row: dict[str, Any]) -> int:
+def output_tokens(row: SampleRow) -> int:
     """Output tokens as the wire reported them; the count of content chunks when it did not."""
     usage = row.get("usage") or {}
     for key in ("output_tokens", "completion_tokens"):
-        if isinstance(usage.get(key), int):
-            return usage[key]
+        if isinstance(count := usage.get(key), int):
+            return count
     return len(row.get("chunk_offsets_ms") or [])
 
 
-def request_itl_ms(row: dict[str, Any]) -> list[float]:
+def request_itl_ms(row: SampleRow) -> list[float]:
     offsets = row.get("chunk_offsets_ms") or []
-    return [b - a for a, b in zip(offsets, offsets[1:])]
+    return [b - a for a, b in itertools.pairwise(offsets)]
 
 
-class LatencyProbe(Probe):
+class LatencyProbe(Probe[LatencyParams]):
     name = "latency"
     version = 1
     metric_names = frozenset({
         *(f"ttft_p{q}_ms" for q in (50, 90, 99)), "headers_p50_ms", *(f"itl_p{q}_ms" for q in (50, 99)),
         *(f"e2e_p{q}_ms" for q in (50, 99)), "output_tps_per_request_p50", "output_tps_total", "error_rate",
         "goodput", "knee_concurrency", "service_tier_requests"})
-    label_params = {"levels": "concurrency"}
+    label_params: ClassVar[dict[str, str]] = {"levels": "concurrency"}
     Params = LatencyParams
     # A latency quantity is judged by its p50 at each concurrency level of the run.
     metric_families = (
@@ -75,7 +76,7 @@ class LatencyProbe(Probe):
     )
     pooled_labels = frozenset({"concurrency"})
 
-    async def run(self, ctx: ProbeContext, params: LatencyParams) -> None:  # type: ignore[override]
+    async def run(self, ctx: ProbeContext, params: LatencyParams) -> None:
         filler = filler_words(params.input_tokens)
 
         def make_request(_: int) -> ChatRequest:
@@ -97,9 +98,9 @@ class LatencyProbe(Probe):
                                   labels={"concurrency": level, "phase": "measure"},
                                   title=f"latency c={level}")
 
-    def summarize(self, samples: Sequence[dict[str, Any]], params: LatencyParams, *,  # type: ignore[override]
+    def summarize(self, samples: Sequence[SampleRow], params: LatencyParams, *,
                   run_id: str, target: str) -> list[Metric]:
-        by_level: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        by_level: dict[int, list[SampleRow]] = defaultdict(list)
         for row in samples:
             labels = row.get("labels") or {}
             if row.get("probe") == self.name and labels.get("phase") == "measure" and row.get("final", True):
@@ -116,9 +117,9 @@ class LatencyProbe(Probe):
             rows = by_level[level]
             ok = [r for r in rows if not r.get("error_type")]
             n_all, n_ok = len(rows), len(ok)
-            ttft = [r["ttft_ms"] for r in ok if r.get("ttft_ms") is not None]
-            headers = [r["headers_ms"] for r in ok if r.get("headers_ms") is not None]
-            e2e = [r["end_ms"] for r in ok if r.get("end_ms") is not None]
+            ttft = [t for r in ok if (t := r.get("ttft_ms")) is not None]
+            headers = [t for r in ok if (t := r.get("headers_ms")) is not None]
+            e2e = [t for r in ok if (t := r.get("end_ms")) is not None]
             itl_by_request = [request_itl_ms(r) for r in ok]
             level_labels = {"concurrency": level}
             for q in (50, 90, 99):
@@ -133,8 +134,9 @@ class LatencyProbe(Probe):
             per_request_tps = []
             for r in ok:
                 tokens = output_tokens(r)
-                if tokens > 1 and r.get("ttft_ms") is not None and r.get("end_ms"):
-                    decode_s = (r["end_ms"] - r["ttft_ms"]) / 1000
+                first, end = r.get("ttft_ms"), r.get("end_ms")
+                if tokens > 1 and first is not None and end:
+                    decode_s = (end - first) / 1000
                     if decode_s > 0:
                         per_request_tps.append((tokens - 1) / decode_s)
             collected.percentile("output_tps_per_request_p50", per_request_tps, 50, level_labels, "tokens/s")
@@ -153,8 +155,8 @@ class LatencyProbe(Probe):
             for tier, count in sorted(tiers.items()):
                 collected.add("service_tier_requests", count, {"concurrency": level, "service_tier": tier},
                               n_ok, "requests")
-            if ttft:
-                ttft_p50_by_level[level] = stats.percentile(ttft, 50)  # type: ignore[assignment]
+            if (ttft_p50 := stats.percentile(ttft, 50)) is not None:
+                ttft_p50_by_level[level] = ttft_p50
 
         knee = find_knee(ttft_p50_by_level)
         collected.add("knee_concurrency", knee, {}, len(ttft_p50_by_level), "requests")
@@ -179,7 +181,7 @@ def find_knee(ttft_p50_by_level: dict[int, float], factor: float = 2.0) -> float
     return None
 
 
-def _meets_thresholds(row: dict[str, Any], params: LatencyParams) -> bool:
+def _meets_thresholds(row: SampleRow, params: LatencyParams) -> bool:
     ttft = row.get("ttft_ms")
     if ttft is None or ttft > params.ttft_threshold_ms:
         return False
@@ -187,9 +189,9 @@ def _meets_thresholds(row: dict[str, Any], params: LatencyParams) -> bool:
     return not gaps or sum(gaps) / len(gaps) <= params.itl_threshold_ms
 
 
-def _total_throughput(rows: list[dict[str, Any]]) -> float | None:
+def _total_throughput(rows: list[SampleRow]) -> float | None:
     """Output tokens of all successful requests over the level's wall-clock span."""
-    spans = [(r["started_at"], r["end_ms"]) for r in rows if r.get("started_at") and r.get("end_ms")]
+    spans = [(start, end) for r in rows if (start := r.get("started_at")) and (end := r.get("end_ms"))]
     if not spans:
         return None
     first = min(start for start, _ in spans)

@@ -68,8 +68,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from prober.core import stats
-from prober.core.records import ChatRequest, Metric
 from prober.core.declarations import Chart, MetricFamily, NotableSample
+from prober.core.records import ChatRequest, Metric, SampleRow
 from probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext, ProbeParams
 from probes.divergence import common_prefix_length
 from probes.penalty_analysis import CONSTRAINED_MODES, PenaltyAnalysis, analyse_records
@@ -117,7 +117,7 @@ def default_penalties() -> dict[str, list[float]]:
 
 
 class PenaltyParams(ProbeParams):
-    modes: list[Mode] = Field(default_factory=lambda: ["unconstrained", "json_object", "json_schema"])
+    modes: list[Mode] = Field(default_factory=lambda: list[Mode](["unconstrained", "json_object", "json_schema"]))
     n_records: list[int] = Field(default_factory=lambda: [10, 40, 100])
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 0.2])
     penalties: dict[str, list[float]] = Field(default_factory=default_penalties,
@@ -233,7 +233,7 @@ def build_request(cell: Cell, params: PenaltyParams, protocol: str) -> ChatReque
     return request
 
 
-def answer_text(row: dict[str, Any]) -> str:
+def answer_text(row: SampleRow) -> str:
     """What the model answered: the forced tool call's input JSON in tool mode, else the text."""
     if (row.get("labels") or {}).get("mode") == "tool":
         for call in row.get("tool_calls") or []:
@@ -243,7 +243,7 @@ def answer_text(row: dict[str, Any]) -> str:
     return row.get("output_text") or ""
 
 
-def analyse_row(row: dict[str, Any]) -> PenaltyAnalysis:
+def analyse_row(row: SampleRow) -> PenaltyAnalysis:
     labels = row["labels"]
     return analyse_records(answer_text(row), int(labels["n_records"]), FIELD_NAMES, OPTIONAL_FIELDS,
                            row.get("finish_reason"), labels["mode"])
@@ -274,7 +274,7 @@ def ignored_check(explicit: Sequence[str], penalised: Sequence[str]) -> int | No
     return int(2 * sum(1 for a in penalised if a in baseline) > len(penalised))
 
 
-class PenaltyProbe(Probe):
+class PenaltyProbe(Probe[PenaltyParams]):
     name = "penalty"
     version = 1
     metric_names = frozenset({
@@ -295,7 +295,7 @@ class PenaltyProbe(Probe):
     # A penalty setting is one family: the cells of its grid are pooled.
     pooled_labels = frozenset({"mode", "n_records", "temperature"})
 
-    async def run(self, ctx: ProbeContext, params: PenaltyParams) -> None:  # type: ignore[override]
+    async def run(self, ctx: ProbeContext, params: PenaltyParams) -> None:
         protocol = ctx.target.protocol
         cells = interleaved(grid(params, protocol))
         queue = iter(cells)
@@ -307,18 +307,18 @@ class PenaltyProbe(Probe):
         with ctx.progress_task("penalty grid", len(cells)):
             await asyncio.gather(*(worker() for _ in range(params.concurrency)))
 
-    def summarize(self, samples: Sequence[dict[str, Any]], params: PenaltyParams, *,  # type: ignore[override]
+    def summarize(self, samples: Sequence[SampleRow], params: PenaltyParams, *,
                   run_id: str, target: str) -> list[Metric]:
         rows = [r for r in samples if r.get("probe") == self.name and r.get("final", True)]
         collected = MetricCollector(run_id=run_id, target=target, probe=self.name)
         metrics, add, add_share = collected.metrics, collected.add, collected.share
 
-        cells: dict[Cell, list[dict[str, Any]]] = defaultdict(list)
+        cells: dict[Cell, list[SampleRow]] = defaultdict(list)
         for row in rows:
             labels = row["labels"]
             cells[Cell(labels["mode"], int(labels["n_records"]), float(labels["temperature"]),
                        labels["penalty"], labels.get("penalty_value"))].append(row)
-        protocols = {r.get("protocol") for r in rows}
+        protocols = {r.get("protocol") or "" for r in rows}
         for mode in params.modes:
             if any(wire_mode(mode, protocol) is None for protocol in protocols):
                 add("skipped", 1, {"mode": mode, "reason": "no equivalent on the anthropic protocol"}, 0, None)
@@ -368,7 +368,8 @@ class PenaltyProbe(Probe):
                 difference, low, high = stats.proportion_difference(base_x, base_n, x, n)
                 add("penalty_effect", difference, labels, base_n + n, "ratio", (low, high))
                 add("penalty_effect_p", stats.fisher_exact(base_x, base_n, x, n), labels, base_n + n, "p")
-                strongest = max(params.penalties.get(cell.penalty) or [cell.penalty_value])
+                swept = params.penalties.get(cell.penalty)
+                strongest = max(swept) if swept else cell.penalty_value
                 refused = any(_refused(r, cell.penalty, params) for r in cells[cell])
                 if cell.penalty_value == strongest and not refused:
                     add("penalty_ignored", ignored_check(explicit, texts[cell]), labels,
@@ -379,8 +380,8 @@ class PenaltyProbe(Probe):
                         and any(f in (r.get("request_body") or {}) or f in (r.get("rejected_params") or [])
                                 for f in penalty_fields(name, params))]
             if carrying:
-                refused = sum(_refused(r, name, params) for r in carrying)
-                add("penalty_unsupported", int(refused > 0), {"penalty": name}, len(carrying), None)
+                any_refused = any(_refused(r, name, params) for r in carrying)
+                add("penalty_unsupported", int(any_refused), {"penalty": name}, len(carrying), None)
         refusals: dict[str, int] = defaultdict(int)
         for row in rows:
             for param in row.get("rejected_params") or []:
@@ -400,7 +401,7 @@ class PenaltyProbe(Probe):
                 Chart("versus", "JSON parse rate against penalty (pooled)", "parse rate", ("parse_rate",),
                       x="penalty_value", x_label="penalty value", series_by=("penalty",), rows=with_baseline)]
 
-    def examples(self, samples: Sequence[dict[str, Any]]) -> list[NotableSample]:
+    def examples(self, samples: Sequence[SampleRow]) -> list[NotableSample]:
         """Answers the probe's analysis calls corrupted, with where they first went wrong."""
         found = []
         for row in samples:
@@ -425,13 +426,13 @@ def _with_no_op_points(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [*rows, *baseline]
 
 
-def _refused(row: dict[str, Any], penalty: str, params: PenaltyParams) -> bool:
+def _refused(row: SampleRow, penalty: str, params: PenaltyParams) -> bool:
     """The endpoint refused this penalty under every name it was sent as."""
     rejected = set(row.get("rejected_params") or [])
     return all(field in rejected for field in penalty_fields(penalty, params))
 
 
-def _cell_order(cell: Cell) -> tuple:
+def _cell_order(cell: Cell) -> tuple[str, int, float, int, str, float]:
     kinds = {"none": 0, "omitted": 1}
     return (cell.mode, cell.n_records, cell.temperature, kinds.get(cell.penalty, 2), cell.penalty,
             cell.penalty_value or 0.0)

@@ -147,7 +147,7 @@ def analyse_records(text: str, expected_records: int, expected_keys: Sequence[st
         records_delivered=len(delivered), records_started=len(scan.elements), truncated=truncated,
         unclosed=scan.unclosed, premature_stop=premature, syntax_error_offset=scan.error_offset,
         syntax_error=scan.error, quote_substitutions=scan.quotes,
-        element_ends=sorted(e.end for e in delivered))
+        element_ends=sorted(e.end for e in delivered if e.end is not None))
 
     candidates: list[tuple[int, str]] = []     # (offset, kind) of every corruption found
     if result.syntax_error_offset is not None:
@@ -203,7 +203,7 @@ def _check_keys(element: Element, expected: list[str], optional: set[str], resul
         else:
             result.unexpected_keys.append((element.index, key))
             candidates.append((offset, "unexpected_key"))
-    if not element.complete:
+    if element.end is None:
         return                             # the keys it never reached are not missing
     for key in missing:
         if key in optional:
@@ -222,7 +222,7 @@ def _check_keys(element: Element, expected: list[str], optional: set[str], resul
 
 def _check_values(delivered: list[Element], id_key: str | None, result: PenaltyAnalysis,
                   candidates: list[tuple[int, str]]) -> None:
-    ids: Counter = Counter()
+    ids: Counter[Any] = Counter()
     for element in delivered:
         for key, (value, offset) in element.values.items():
             if value == "":
@@ -318,6 +318,8 @@ class _Scanner:
                     self.scalar(value, start, is_string=True)
             else:
                 match = _BARE.match(text, i, end)
+                # Whitespace, structure and quotes are taken above: any other character starts a word.
+                assert match is not None
                 if match.end() < end:      # nor is a word the end of the text may have cut
                     self.scalar(match.group(), i, is_string=False)
                 i = match.end()

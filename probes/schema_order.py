@@ -32,8 +32,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from prober.core import stats
-from prober.core.records import ChatRequest, Exchange, Metric
 from prober.core.declarations import Chart, MetricFamily, NotableSample
+from prober.core.records import ChatRequest, Exchange, Metric, SampleRow
 from probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext, ProbeParams
 from suites.datasets import SHIPPED_SCHEMA_ORDER, LabelledItem, load_labelled_jsonl
 
@@ -184,7 +184,7 @@ def build_request(item: LabelledItem, variant: SchemaVariant, params: SchemaOrde
 
 # --- grading ----------------------------------------------------------------------------------
 
-class _Pairs(list):
+class _Pairs(list[tuple[str, Any]]):
     """A JSON object as its (key, value) pairs, in the order they were written."""
 
 
@@ -253,7 +253,7 @@ def sequential_stop(correct: dict[tuple[int, str], bool], params: SchemaOrderPar
     return None
 
 
-class SchemaOrderProbe(Probe):
+class SchemaOrderProbe(Probe[SchemaOrderParams]):
     name = "schema_order"
     version = 1
     metric_names = frozenset({
@@ -270,7 +270,7 @@ class SchemaOrderProbe(Probe):
         MetricFamily("paired_difference", "paired"),
     )
 
-    async def run(self, ctx: ProbeContext, params: SchemaOrderParams) -> None:  # type: ignore[override]
+    async def run(self, ctx: ProbeContext, params: SchemaOrderParams) -> None:
         items = params.items()
         ends = params.look_ends(len(items))
         slots = asyncio.Semaphore(params.concurrency)
@@ -296,7 +296,7 @@ class SchemaOrderProbe(Probe):
             if sequential_stop(correct, params, len(items)) == look:
                 break
 
-    def summarize(self, samples: Sequence[dict[str, Any]], params: SchemaOrderParams, *,  # type: ignore[override]
+    def summarize(self, samples: Sequence[SampleRow], params: SchemaOrderParams, *,
                   run_id: str, target: str) -> list[Metric]:
         rows = [r for r in samples if r.get("probe") == self.name and r.get("final", True)]
         collected = MetricCollector(run_id=run_id, target=target, probe=self.name)
@@ -362,7 +362,7 @@ class SchemaOrderProbe(Probe):
                 Chart("categories", "Key order conformance by variant", "conformance", ("key_order_conformance",),
                       x="variant")]
 
-    def examples(self, samples: Sequence[dict[str, Any]]) -> list[NotableSample]:
+    def examples(self, samples: Sequence[SampleRow]) -> list[NotableSample]:
         """Outputs that are not JSON at all."""
         found = []
         for row in samples:

@@ -41,7 +41,7 @@ def parse_since(text: str | None, now: dt.datetime | None = None) -> dt.datetime
     except ValueError:
         raise ConfigError(f"--since {text!r}: expected a duration such as 30d, 12h, 2w or 90m, "
                           f"or a date such as 2026-01-31") from None
-    return when.replace(tzinfo=dt.timezone.utc) if when.tzinfo is None else when.astimezone(dt.timezone.utc)
+    return when.replace(tzinfo=dt.UTC) if when.tzinfo is None else when.astimezone(dt.UTC)
 
 
 class SloJudgement(Protocol):
@@ -172,6 +172,7 @@ def _history(rows: Sequence[dict[str, Any]]) -> list[MetricSeries]:
 
 def _provenance(store: Store, run_id: str, target: str, verdicts: Verdicts) -> tuple[list[str], list[str]]:
     run = store.get_run(run_id)
+    assert run is not None                         # the report found this run in the store
     run["target_status"] = {t: s for t, s in (run.get("target_status") or {}).items() if t == target}
     run["targets"] = [target]
     resets = verdicts.baseline_resets(store, run, target)

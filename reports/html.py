@@ -12,9 +12,9 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
+from prober.core.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
 from reports.collect import Report
 from reports.plots import label_text
-from prober.core.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
 from reports.svg import fmt, interval_text, render
 
 _ENV = jinja2.Environment(

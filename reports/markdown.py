@@ -12,9 +12,9 @@ import datetime as dt
 import re
 
 from prober.core.controlchars import escape_controls
+from prober.core.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
 from reports.collect import LatestMetric, Report, Section
 from reports.plots import Plot, label_text
-from prober.core.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
 from reports.svg import fmt, interval_text
 
 # Next to a flagged value; the legend under the table says why it is never judged.
@@ -38,7 +38,7 @@ def code_block(value: str) -> str:
     return f"{fence}text\n{value}\n{fence}"
 
 
-def _utc(when) -> str:
+def _utc(when: dt.datetime | None) -> str:
     return "-" if when is None else when.strftime("%Y-%m-%d %H:%M UTC")
 
 
@@ -60,7 +60,7 @@ def _slo_cell(m: LatestMetric) -> str:
     return ", ".join(f"{text(r.rule)}: {'**broken**' if r.broken else 'held'}" for r in m.slo)
 
 
-def _x(value) -> str:
+def _x(value: float | str | dt.datetime) -> str:
     if isinstance(value, dt.datetime):
         return value.strftime("%m-%d %H:%M")
     return value if isinstance(value, str) else fmt(value)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,7 +85,7 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def point(x: float | str | dt.datetime, row: dict[str, Any], note: str | None = None) -> Point:
+def point(x: float | str | dt.datetime, row: Mapping[str, Any], note: str | None = None) -> Point:
     """A metric row's value and interval at x; a bound that is not a finite number is left out."""
     low, high = row.get("ci_low"), row.get("ci_high")
     bounded = _finite(low) and _finite(high)
@@ -94,7 +94,7 @@ def point(x: float | str | dt.datetime, row: dict[str, Any], note: str | None = 
     return Point(x, row["value"], low if bounded else None, high if bounded else None, note=note)
 
 
-def versus(rows: Sequence[dict[str, Any]], names: Sequence[str], x: str, title: str, y_label: str,
+def versus(rows: Sequence[Mapping[str, Any]], names: Sequence[str], x: str, title: str, y_label: str,
            x_label: str | None = None, series_by: Sequence[str] | None = None) -> Plot | None:
     """Metrics `names` against the numeric label `x`, one series per remaining label set (and per
     name when there are several). Error bars from ci_low/ci_high where the metric has them.
@@ -124,17 +124,18 @@ def versus(rows: Sequence[dict[str, Any]], names: Sequence[str], x: str, title: 
             counts[1] += row["n"]
     for (key, x_value), (hits, n) in pooled.items():
         share, low, high = stats.proportion(hits, n)
-        grouped[key].append(Point(x_value, share, low, high, note=f"{hits}/{n} pooled"))
+        if share is not None:
+            grouped[key].append(Point(x_value, share, low, high, note=f"{hits}/{n} pooled"))
     if not grouped:
         return None
-    xs = [p.x for points in grouped.values() for p in points]
+    xs = [p.x for points in grouped.values() for p in points if isinstance(p.x, float)]
     spread = max(xs) / min(xs) if min(xs) > 0 else 0
     series = [PlotSeries(label, sorted(points, key=lambda p: p.x)) for label, points in sorted(grouped.items())]
     return Plot(title=title, x_label=x_label or x, y_label=y_label, x_kind="log2" if spread >= 8 else "number",
                 series=series, y_unit=unit)
 
 
-def categories(rows: Sequence[dict[str, Any]], name: str, x: str, title: str, y_label: str) -> Plot | None:
+def categories(rows: Sequence[Mapping[str, Any]], name: str, x: str, title: str, y_label: str) -> Plot | None:
     """Metric `name` for each value of the label `x` (e.g. a schema variant), one series per
     remaining label set."""
     grouped: dict[str, list[Point]] = defaultdict(list)
@@ -160,7 +161,7 @@ def over_time(history: Sequence[MetricSeries], name: str, title: str, y_label: s
                 y_unit=shown[0].unit or "", omitted_series=len(chosen) - len(shown))
 
 
-def _note_values(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
+def _note_values(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
     """A one-line summary of scalar results (e.g. the McNemar p) shown under a chart."""
     parts = []
     for row in rows:

@@ -121,8 +121,8 @@ def exposition(rows: list[dict[str, Any]]) -> str:
     for name in sorted(families):
         family = families[name]
         lines += [f"# HELP {name} {_help_text(family.help)}", f"# TYPE {name} gauge"]
-        for labels, value in family.samples.items():
-            rendered = ",".join(f'{key}="{label_value(text)}"' for key, text in labels)
+        for label_pairs, value in family.samples.items():
+            rendered = ",".join(f'{key}="{label_value(text)}"' for key, text in label_pairs)
             lines.append(f"{name}{{{rendered}}} {_number(value)}")
     return "\n".join(lines) + "\n" if lines else ""
 

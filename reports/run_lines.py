@@ -36,6 +36,7 @@ def provenance_lines(run: dict[str, Any], entries: Sequence[dict[str, Any]]) -> 
         reason = f": {state['reason']}" if state.get("reason") else ""
         lines.append(f"target {target}: {state['status']}{reason} (target config {state['config_hash']})")
         for entry in (e for e in entries if e["target"] == target):
-            params = ", ".join(f"{key}={json.dumps(value)}" for key, value in sorted((entry.get("params") or {}).items()))
+            effective = sorted((entry.get("params") or {}).items())
+            params = ", ".join(f"{key}={json.dumps(value)}" for key, value in effective)
             lines.append(f"  {entry['entry']}: {entry['probe']} probe v{entry['probe_version']}, params {params}")
     return lines

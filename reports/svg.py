@@ -37,7 +37,7 @@ def interval_text(low: float | None, high: float | None, flags: list[str] | None
 
 def _nice_step(span: float, count: int = 4) -> float:
     raw = span / count
-    magnitude = 10 ** math.floor(math.log10(raw))
+    magnitude: float = 10 ** math.floor(math.log10(raw))
     for factor in (1, 2, 2.5, 5, 10):
         if raw <= factor * magnitude:
             return factor * magnitude
@@ -74,13 +74,13 @@ class _XScale:
         self.low, self.high, self.left, self.right = low, high, left, right
 
     def _raw(self, x: float | str | dt.datetime) -> float:
-        if self.kind == "time":
-            return x.timestamp()
         if self.kind == "category":
             return float(self.categories.index(str(x)))
-        if self.kind == "log2":
-            return math.log2(x)
-        return float(x)
+        if isinstance(x, dt.datetime):          # kind "time"
+            return x.timestamp()
+        if isinstance(x, str):
+            return float(x)
+        return math.log2(x) if self.kind == "log2" else float(x)
 
     def __call__(self, x: float | str | dt.datetime) -> float:
         return self.left + (self._raw(x) - self.low) / (self.high - self.low) * (self.right - self.left)
@@ -92,7 +92,7 @@ class _XScale:
         if self.kind == "time":
             chosen = self.values if len(self.values) <= 5 else [
                 self.values[round(i * (len(self.values) - 1) / 4)] for i in range(5)]
-            return [(self._pixel(v), dt.datetime.fromtimestamp(v, dt.timezone.utc).strftime("%m-%d %H:%M"))
+            return [(self._pixel(v), dt.datetime.fromtimestamp(v, dt.UTC).strftime("%m-%d %H:%M"))
                     for v in dict.fromkeys(chosen)]
         if len(self.values) <= 10:
             return [(self._pixel(v), fmt(2 ** v if self.kind == "log2" else v)) for v in self.values]
@@ -128,7 +128,7 @@ def render(plot: Plot) -> str:
              f'font-family="sans-serif" font-size="11">',
              f'<rect x="{x0}" y="{y0}" width="{x1 - x0}" height="{y1 - y0}" fill="#fff" stroke="#999"/>']
     step = _nice_step(y_high - y_low)
-    for i in range(int(round((y_high - y_low) / step)) + 1):
+    for i in range(round((y_high - y_low) / step) + 1):
         value = y_low + i * step
         y = y_pixel(value)
         parts.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{x1}" y2="{y:.1f}" stroke="#eee"/>'
@@ -148,15 +148,15 @@ def render(plot: Plot) -> str:
     for i, series in enumerate(plot.series):
         color = COLORS[i % len(COLORS)]
         points = [(x_scale(p.x) + offsets[i], p) for p in series.points]
-        bounded = [(x, p) for x, p in points if p.low is not None and p.high is not None]
+        bounded = [(x, p.low, p.high) for x, p in points if p.low is not None and p.high is not None]
         if draw_bands and len(bounded) >= 2:
-            outline = [f"{x:.1f},{y_pixel(p.high):.1f}" for x, p in bounded] + \
-                      [f"{x:.1f},{y_pixel(p.low):.1f}" for x, p in reversed(bounded)]
+            outline = [f"{x:.1f},{y_pixel(high):.1f}" for x, _, high in bounded] + \
+                      [f"{x:.1f},{y_pixel(low):.1f}" for x, low, _ in reversed(bounded)]
             parts.append(f'<polygon class="band" points="{" ".join(outline)}" fill="{color}" '
                          f'fill-opacity="0.15" stroke="none"/>')
-        for x, p in bounded:
-            parts.append(f'<line class="errorbar" x1="{x:.1f}" y1="{y_pixel(p.low):.1f}" x2="{x:.1f}" '
-                         f'y2="{y_pixel(p.high):.1f}" stroke="{color}" stroke-width="1.5"/>')
+        for x, low, high in bounded:
+            parts.append(f'<line class="errorbar" x1="{x:.1f}" y1="{y_pixel(low):.1f}" x2="{x:.1f}" '
+                         f'y2="{y_pixel(high):.1f}" stroke="{color}" stroke-width="1.5"/>')
         if plot.x_kind != "category" and len(points) >= 2:
             line = " ".join(f"{x:.1f},{y_pixel(p.y):.1f}" for x, p in points)
             parts.append(f'<polyline class="series" points="{line}" fill="none" stroke="{color}" stroke-width="1.5"/>')

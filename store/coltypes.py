@@ -12,10 +12,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
-class UTCDateTime(sa.types.TypeDecorator):
+class UTCDateTime(sa.types.TypeDecorator[dt.datetime]):
     """A timestamp stored in UTC and always returned timezone-aware (UTC).
 
     PostgreSQL gets `timestamptz`. SQLite has no time zones, so it gets a naive UTC text timestamp,
@@ -39,7 +39,7 @@ class UTCDateTime(sa.types.TypeDecorator):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-class SafeText(sa.types.TypeDecorator):
+class SafeText(sa.types.TypeDecorator[str]):
     """Text that PostgreSQL accepts: it refuses NUL characters, which a broken endpoint can send.
 
     They become U+FFFD there; SQLite keeps them. (Hashes are computed before storage, on the

@@ -13,7 +13,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -92,7 +92,7 @@ def open_engine(url: str, *, sqlite_busy_timeout: float = 30.0) -> sa.Engine:
 
 def _configure_sqlite(engine: sa.Engine, busy_timeout: float) -> None:
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record) -> None:
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # SQLAlchemy emits BEGIN itself (see _on_begin), so the driver must not.
         dbapi_conn.isolation_level = None
         cursor = dbapi_conn.cursor()
@@ -135,7 +135,7 @@ def is_transient(exc: sa.exc.DBAPIError) -> bool:
     return any(text in message for text in ("database is locked", "database is busy", "database table is locked"))
 
 
-def write_transaction(engine: sa.Engine, work: Callable[..., T], *args, retry_for: float = WRITE_RETRY_S) -> T:
+def write_transaction(engine: sa.Engine, work: Callable[..., T], *args: Any, retry_for: float = WRITE_RETRY_S) -> T:
     """Run `work(conn, *args)` in one write transaction, retrying it whole while the error is transient."""
     deadline = time.monotonic() + retry_for
     delay = 0.02

@@ -14,6 +14,7 @@ migration that fails leaves the database at the previous version.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -37,7 +38,7 @@ schema_migrations = sa.Table(
 _PG_LOCK_KEY = 0x70726F626572  # "prober"
 
 
-def add_column(conn: sa.Connection, table: str, column: sa.Column) -> None:
+def add_column(conn: sa.Connection, table: str, column: sa.Column[Any]) -> None:
     """ALTER TABLE ... ADD COLUMN, rendered for the connection's dialect. For use in migrations."""
     preparer = conn.dialect.identifier_preparer
     spec = sa.schema.CreateColumn(column).compile(dialect=conn.dialect)

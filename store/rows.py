@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, cast
 
-from prober.core.records import KEPT_HEADER_PREFIXES, Metric, Run, Sample
+from prober.core.records import KEPT_HEADER_PREFIXES, Metric, Run, Sample, SampleRow
 from prober.core.redact import is_credential_header, redact_text, redact_value
 
 
@@ -35,12 +35,12 @@ def output_fields(text: str | None, max_chars: int | None) -> dict[str, Any]:
     }
 
 
-def sample_row(sample: Sample, max_output_chars: int | None) -> dict[str, Any]:
+def sample_row(sample: Sample, max_output_chars: int | None) -> SampleRow:
     """Every text in the row has the configured secrets masked (prober/core/redact.py), the output
     before it is hashed and bounded, so that a cut cannot leave half a key behind."""
     ex = sample.exchange
     offsets = ex.offsets_ms()
-    return _redacted({
+    return cast(SampleRow, _redacted({
         "run_id": sample.run_id,
         "target": sample.target,
         "probe": sample.probe,
@@ -77,7 +77,7 @@ def sample_row(sample: Sample, max_output_chars: int | None) -> dict[str, Any]:
         "rejected_params": ex.rejected_params,
         "extra": ex.extra,
         "entry": sample.entry,
-    })
+    }))
 
 
 def run_row(run: Run) -> dict[str, Any]:

@@ -9,20 +9,32 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 
 from prober.core.errors import ConfigError
-from prober.core.records import Metric, Run, utcnow
+from prober.core.records import Metric, Run, SampleRow, utcnow
 from prober.core.redact import redact_text, redact_value
 from store.engine import open_engine, redacted, write_transaction
 from store.migrations import migrate
 from store.rows import metric_row, run_row
-from store.schema import (ALERT_STATES, RUN_STATUSES, TARGET_STATUSES, alert_deliveries, alert_events, alerts,
-                          metrics, run_entries, run_targets, runs, samples, store_identity)
+from store.schema import (
+    ALERT_STATES,
+    RUN_STATUSES,
+    TARGET_STATUSES,
+    alert_deliveries,
+    alert_events,
+    alerts,
+    metrics,
+    run_entries,
+    run_targets,
+    runs,
+    samples,
+    store_identity,
+)
 from store.writer import SampleWriteError, SampleWriter
 
 if TYPE_CHECKING:
@@ -46,7 +58,7 @@ class Store:
         self._reserve: Path | None = None
 
     @classmethod
-    def open(cls, url: str, *, sqlite_busy_timeout: float = 30.0) -> "Store":
+    def open(cls, url: str, *, sqlite_busy_timeout: float = 30.0) -> Store:
         """Connect, create or upgrade the schema; ConfigError (one line, naming the url) if impossible."""
         engine = open_engine(url, sqlite_busy_timeout=sqlite_busy_timeout)
         try:
@@ -121,7 +133,7 @@ class Store:
         if errors:
             raise errors[0]
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -136,7 +148,7 @@ class Store:
             raise ValueError(f"cannot create run {run.id!r}: {exc.orig}") from None
 
     def finish_run(self, run_id: str, status: str, finished_at: dt.datetime,
-                   loop_lag: dict[str, Any] | None = None, notes: dict[str, Any] | None = None,
+                   loop_lag: Mapping[str, Any] | None = None, notes: dict[str, Any] | None = None,
                    targets: dict[str, tuple[str, str | None]] | None = None) -> None:
         """Set the final status. `notes` are merged into the run's notes; `loop_lag` replaces its value;
         `targets` gives each target's (status, reason).
@@ -230,7 +242,8 @@ class Store:
         if target is not None:
             query = query.where(run_entries.c.target == target)
         with self._engine.connect() as conn:
-            return [dict(row._mapping) for row in conn.execute(query.order_by(run_entries.c.target, run_entries.c.entry))]
+            ordered = query.order_by(run_entries.c.target, run_entries.c.entry)
+            return [dict(row._mapping) for row in conn.execute(ordered)]
 
     def list_runs(self, limit: int = 20, suite: str | None = None, target: str | None = None) -> list[dict[str, Any]]:
         """Newest first, each with `sample_count`, `error_count` (samples with an error type) and
@@ -295,7 +308,7 @@ class Store:
         return writer
 
     def samples(self, run_id: str, probe: str | None = None, target: str | None = None,
-                entry: str | None = None) -> list[dict[str, Any]]:
+                entry: str | None = None) -> list[SampleRow]:
         """The run's samples in the order they were written."""
         query = sa.select(samples).where(samples.c.run_id == run_id).order_by(samples.c.id)
         if probe is not None:
@@ -305,10 +318,10 @@ class Store:
         if entry is not None:
             query = query.where(samples.c.entry == entry)
         with self._engine.connect() as conn:
-            return [dict(row._mapping) for row in conn.execute(query)]
+            return [cast(SampleRow, dict(row._mapping)) for row in conn.execute(query)]
 
     def samples_frame(self, run_id: str, probe: str | None = None, target: str | None = None,
-                      expand: Iterable[str] = ("labels",)) -> "pandas.DataFrame":
+                      expand: Iterable[str] = ("labels",)) -> pandas.DataFrame:
         """The samples as a DataFrame. Each JSON object column named in `expand` also becomes one
         column per key, named `column.key` (e.g. `labels.concurrency`, `usage.output_tokens`).
         For notebooks: pandas is not one of prober's dependencies, install it beside prober."""
@@ -373,7 +386,9 @@ class Store:
                     conn.execute(alerts.insert().values(row))
             ids: list[int] = []
             for event in events:
-                event_id = conn.execute(alert_events.insert().values(redact_value(event))).inserted_primary_key[0]
+                inserted = conn.execute(alert_events.insert().values(redact_value(event))).inserted_primary_key
+                assert inserted is not None                # an INSERT of one row has its key
+                event_id = inserted[0]
                 ids.append(event_id)
                 for sink in sinks:
                     conn.execute(alert_deliveries.insert().values(event_id=event_id, sink=sink, attempts=0))
@@ -457,8 +472,8 @@ class Store:
             return [dict(row._mapping) for row in conn.execute(query)]
 
 
-def _across_runs(query: sa.Select, table: sa.Table, since: dt.datetime | None, target: str | None,
-                 suite: str | None, run_id: str | None, statuses: Sequence[str] | None) -> sa.Select:
+def _across_runs(query: sa.Select[Any], table: sa.Table, since: dt.datetime | None, target: str | None,
+                 suite: str | None, run_id: str | None, statuses: Sequence[str] | None) -> sa.Select[Any]:
     """The filters metric_history and sample_history share."""
     if since is not None:
         query = query.where(runs.c.started_at >= since)
@@ -550,7 +565,7 @@ def _proc_stat(pid: int) -> tuple[str, dt.datetime | None] | None:
         return state, None
     ticks_after_boot = int(fields[19])   # field 22, starttime
     started = boot + ticks_after_boot / os.sysconf("SC_CLK_TCK")
-    return state, dt.datetime.fromtimestamp(started, dt.timezone.utc)
+    return state, dt.datetime.fromtimestamp(started, dt.UTC)
 
 
 def _check_target_status(status: str) -> None:

@@ -111,7 +111,7 @@ class SampleWriter:
     def pending(self) -> int:
         return self._submitted - self._processed
 
-    def __enter__(self) -> "SampleWriter":
+    def __enter__(self) -> SampleWriter:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:

@@ -26,7 +26,7 @@ _ENTRY_KEYS = {"probe", "params"}
 @dataclass
 class SuiteEntry:
     suite: str          # the suite file the entry came from
-    probe: Probe
+    probe: Probe[Any]
     params: ProbeParams
     # Stable across runs of the suite: "<suite file>.<probe>", with "#2", "#3"... for a probe's
     # later entries in the same file. Samples and metrics carry it, so that two entries of one

@@ -22,7 +22,7 @@ class ParamOverrides:
         self._values = dict(values or {})
         self._used: set[str] = set()
 
-    def for_probe(self, probe: Probe) -> dict[str, str]:
+    def for_probe(self, probe: Probe[Any]) -> dict[str, str]:
         """Field name -> the key as the user spelled it, for the values that apply to `probe`."""
         chosen: dict[str, str] = {}
         for key in self._values:
@@ -42,7 +42,7 @@ class ParamOverrides:
     def values(self, spelled: dict[str, str]) -> dict[str, Any]:
         return {field: self._values[key] for field, key in spelled.items()}
 
-    def check_all_used(self, suite_name: str, probes: Iterable[Probe]) -> None:
+    def check_all_used(self, suite_name: str, probes: Iterable[Probe[Any]]) -> None:
         """ConfigError naming the first key no probe of the suite took, and the keys they accept."""
         probes = list({probe.name: probe for probe in probes}.values())
         for key in self._values:
@@ -68,7 +68,7 @@ def command_line_error(exc: ValidationError, spelled: dict[str, str]) -> ConfigE
     return None
 
 
-def _accepted(probes: list[Probe]) -> str:
+def _accepted(probes: list[Probe[Any]]) -> str:
     if len(probes) == 1:
         return ", ".join(probes[0].Params.model_fields)
     return "; ".join(f"{probe.name}: {', '.join(probe.Params.model_fields)}" for probe in probes)

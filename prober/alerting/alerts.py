@@ -15,12 +15,12 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from prober.core.config import ProberConfig
-from prober.core.records import utcnow
 from prober.alerting.baseline import completed_targets
 from prober.alerting.drift import DriftOutcome, DriftTest, drift_for_run
 from prober.alerting.sinks import AlertmanagerSink, DeliveryError, Sink, make_sink
 from prober.alerting.slo import check_run, format_value
+from prober.core.config import ProberConfig
+from prober.core.records import utcnow
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,8 @@ def deliver_outbox(store: Any, sinks: list[Sink]) -> list[Delivery]:
                 sink.send(event)
             except DeliveryError as exc:
                 store.record_delivery(pending["id"], sink.name, None, str(exc))
-                done.append(Delivery(sink.name, pending["id"], pending["status"], pending["alert_key"], False, str(exc)))
+                done.append(Delivery(sink.name, pending["id"], pending["status"], pending["alert_key"], False,
+                                     str(exc)))
                 break
             store.record_delivery(pending["id"], sink.name, utcnow())
             done.append(Delivery(sink.name, pending["id"], pending["status"], pending["alert_key"], True))

@@ -44,11 +44,11 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from prober.alerting.baseline import completed_targets, select_baselines
+from prober.alerting.slo import format_value
 from prober.core import stats
 from prober.core.config import DriftConfig
 from prober.core.probe_registry import metric_family, pooled_labels
-from prober.alerting.baseline import completed_targets, select_baselines
-from prober.alerting.slo import format_value
 from prober.core.records import labels_key
 
 # Defaults for `[drift] min_effect`: absolute share, relative median change, paired difference.
@@ -188,9 +188,9 @@ def is_proportion(row: dict[str, Any]) -> bool:
     value, n = row.get("value"), row.get("n")
     family = metric_family(row["probe"], row["name"])
     if (row.get("unit") != "ratio" or (family is not None and family.kind != "share") or not n
-            or not judgeable(row) or not 0.0 <= value <= 1.0 or row.get("ci_low") is None):
+            or not judgeable(row) or value is None or not 0.0 <= value <= 1.0 or row.get("ci_low") is None):
         return False
-    return abs(value * n - round(value * n)) < 1e-6 * n
+    return bool(abs(value * n - round(value * n)) < 1e-6 * n)
 
 
 @dataclass(frozen=True)
@@ -247,9 +247,9 @@ def run_values(rows: Iterable[dict[str, Any]]) -> dict[Identity, tuple[RunValue,
         x, n = sum(c[1] for c in cells), sum(c[2] for c in cells)
         found[identity] = (RunValue(x / n, x, n, cells=tuple(sorted((k, cx / cn) for k, cx, cn in cells))),
                            labels_of[identity])
-    for identity, cells in logs.items():
-        found[identity] = (RunValue(sum(c[1] for c in cells) / len(cells), n=sum(c[2] for c in cells),
-                                    cells=tuple(sorted((k, v) for k, v, _ in cells))), labels_of[identity])
+    for identity, log_cells in logs.items():
+        found[identity] = (RunValue(sum(c[1] for c in log_cells) / len(log_cells), n=sum(c[2] for c in log_cells),
+                                    cells=tuple(sorted((k, v) for k, v, _ in log_cells))), labels_of[identity])
     for (probe, key), ((a, b, n), labels) in _discordant(rows).items():
         variance = ((a + b) - (a - b) ** 2 / n) / n ** 2
         found[("paired", probe, "paired_difference", key)] = (RunValue((a - b) / n, n=n, sampling_variance=variance),
@@ -315,14 +315,14 @@ def _night_test(kind: str, target: str, probe: str, metric: str, labels: dict[st
                 current: Sequence[RunValue], baseline: Sequence[RunValue]) -> DriftTest:
     m, k = len(current), len(baseline)
     direction = bad_direction(probe, metric)
-    common = dict(direction=direction, cells=max(1, len(current[0].cells)))
+    cells = max(1, len(current[0].cells))
     if kind == "proportion":
         x, n = sum(v.successes for v in current), sum(v.n for v in current)
         base_x, base_n = [v.successes for v in baseline], [v.n for v in baseline]
         p = stats.share_night_p(x, n, base_x, base_n, _alternative(direction), nights=m)
         now, before = x / n, sum(base_x) / sum(base_n)
         return DriftTest(kind, target, probe, metric, labels, p, now - before, before, now, n, sum(base_n), k, m,
-                         **common)
+                         direction=direction, cells=cells)
     floor = (LATENCY_LOG_VARIANCE_FLOOR if kind == "latency"
              else max(v.sampling_variance for v in current))
     p, _ = stats.night_prediction_p([v.value for v in current], [v.value for v in baseline], floor,
@@ -331,9 +331,9 @@ def _night_test(kind: str, target: str, probe: str, metric: str, labels: dict[st
     n_now, n_before = sum(v.n for v in current), sum(v.n for v in baseline)
     if kind == "latency":
         return DriftTest(kind, target, probe, metric, labels, p, math.exp(now - before) - 1, math.exp(before),
-                         math.exp(now), n_now, n_before, k, m, **common)
+                         math.exp(now), n_now, n_before, k, m, direction=direction, cells=cells)
     return DriftTest(kind, target, probe, metric, labels, p, now - before, before, now, n_now, n_before, k, m,
-                     **common)
+                     direction=direction, cells=cells)
 
 
 def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, Any]]],
@@ -350,8 +350,8 @@ def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, 
     tests, short = [], 0
     for identity, (value, labels) in sorted(current.items()):
         kind, probe, metric, _ = identity
-        history = [run.get(identity) for run in baseline]
-        history = [h[0] if h is not None and h[0].cell_keys == value.cell_keys else None for h in history]
+        found_before = [run.get(identity) for run in baseline]
+        history = [h[0] if h is not None and h[0].cell_keys == value.cell_keys else None for h in found_before]
         recent = [h for h in history[:config.baseline_runs] if h is not None]
         if len(recent) < needed:
             short += 1

@@ -18,10 +18,10 @@ from typing import Any, Protocol
 
 from rich.console import Console
 
-from prober.core.config import EmulatorTarget, ProberConfig, SloRule, TargetConfig
-from prober.core.controlchars import escape_controls
 from prober.alerting.alerts import Delivery, Evaluation, event_payload, make_sinks
 from prober.alerting.sinks import webhook_body
+from prober.core.config import EmulatorTarget, ProberConfig, SloRule, TargetConfig
+from prober.core.controlchars import escape_controls
 
 DRILL_TARGET = "drill"
 HEALTHY_FIRST_TOKEN_MS = 20

@@ -149,7 +149,7 @@ class AlertmanagerSink(_HttpSink):
         self.post_alerts([event])
 
     def post_alerts(self, events: list[dict[str, Any]]) -> None:
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         body = json.dumps([alertmanager_alert(e, self.hold, now) for e in events]).encode()
         self._post(self.url.rstrip("/") + "/api/v2/alerts", body, {})
 

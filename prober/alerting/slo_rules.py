@@ -13,10 +13,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from prober.alerting.slo import SloCheck, check_run, rule_matches
 from prober.core.config import SloRule
 from prober.core.errors import ConfigError
 from prober.core.probe_registry import RUNNER_METRIC_NAMES, all_metric_names, probe_class
-from prober.alerting.slo import SloCheck, check_run, rule_matches
 
 HELD, BROKEN, NO_DATA = "held", "broken", "no data"
 

@@ -59,6 +59,7 @@ def _judge_slos(config: ProberConfig, store: Store, suite: Suite, result: Judged
     """Each completed target's SLO rule states, and the warnings a user should see: rules that
     matched nothing, and suite entries whose drift baseline started again."""
     run = store.get_run(result.run_id)
+    assert run is not None                     # written when the run started
     rows = store.metrics(result.run_id)
     probes = list(dict.fromkeys(entry.probe.name for entry in suite.entries))
     for name, (status, _) in result.targets.items():

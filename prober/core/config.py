@@ -15,9 +15,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from prober.core.errors import ConfigError
-from prober.core.urls import check_base_url
 from prober.core.redact import is_credential_header
 from prober.core.tomlfile import read_toml, validation_error
+from prober.core.urls import check_base_url
 
 DEFAULT_CONFIG_NAME = "prober.toml"
 LOCAL_PORT = 8080
@@ -35,10 +35,9 @@ class Timeouts(_Strict):
 
 
 class Pricing(_Strict):
-    """Prices in currency units per million tokens, and the cache multipliers on the input price."""
+    """The cache multipliers on the input price. The caching probe's cost_multiplier is a ratio of
+    prompt costs with and without caching, in which the price per token cancels out."""
 
-    input_per_mtok: float = Field(0.0, ge=0)
-    output_per_mtok: float = Field(0.0, ge=0)
     cache_write_5m: float = Field(1.25, ge=0)
     cache_write_1h: float = Field(2.0, ge=0)
     cache_read: float = Field(0.1, ge=0)
@@ -83,7 +82,7 @@ class TargetConfig(_Strict):
         return None if url is None else check_base_url(url)
 
     @model_validator(mode="after")
-    def _needs_url(self) -> "TargetConfig":
+    def _needs_url(self) -> TargetConfig:
         if self.emulator is None and not self.base_url:
             raise ValueError("base_url is required (or set [targets.NAME.emulator] for the bundled emulator)")
         return self
@@ -177,7 +176,7 @@ class SinkConfig(_Strict):
                                                       "renewed by every run while it keeps firing")
 
     @model_validator(mode="after")
-    def _check(self) -> "SinkConfig":
+    def _check(self) -> SinkConfig:
         if (self.url is None) == (self.url_env is None):
             raise ValueError("set exactly one of url and url_env")
         if self.kind == "webhook" and not self.secret_env:
@@ -241,13 +240,13 @@ class ProberConfig(_Strict):
     source: str = Field("<built-in defaults>", exclude=True)
 
     @model_validator(mode="after")
-    def _name_targets(self) -> "ProberConfig":
+    def _name_targets(self) -> ProberConfig:
         for name, target in self.targets.items():
             target.name = name
         return self
 
     @model_validator(mode="after")
-    def _unique_names(self) -> "ProberConfig":
+    def _unique_names(self) -> ProberConfig:
         for table, names in (("slo", [r.name for r in self.slo]), ("sinks", [s.name for s in self.sinks])):
             duplicates = sorted({n for n in names if names.count(n) > 1})
             if duplicates:

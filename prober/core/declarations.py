@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from prober.core.records import SampleRow
+
 # A share of n trials (value * n successes, Wilson interval); a latency-like quantity judged on the
 # log scale; a paired comparison read from its discordant counts; or a value with no per-run
 # distribution to test (a count, a cost, a difference of two shares), left to SLO rules.
@@ -77,6 +79,6 @@ class NotableSample:
     """A stored sample a probe finds worth a human look: `why` in a few words, and the `text` to
     show (the output, or the part of it the probe judged). The text is untrusted model output."""
 
-    row: Mapping[str, Any]
+    row: SampleRow
     why: str
     text: str | None

@@ -12,8 +12,3 @@ class ConfigError(ProberError):
 
     exit_code = 2
 
-
-class RunAborted(ProberError):
-    """The run could not complete (unreachable endpoint, error ceiling, budget): exit code 3."""
-
-    exit_code = 3

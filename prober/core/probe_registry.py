@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from importlib.metadata import EntryPoint, entry_points
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prober.core.declarations import MetricFamily
 from prober.core.errors import ConfigError
@@ -53,7 +53,7 @@ def probe_names() -> list[str]:
 
 
 @functools.cache
-def probe_class(name: str) -> type[Probe] | None:
+def probe_class(name: str) -> type[Probe[Any]] | None:
     """The class registered as probe `name`, None when no installed distribution registers it."""
     entry = _entries().get(name)
     if entry is None:
@@ -69,13 +69,13 @@ def probe_class(name: str) -> type[Probe] | None:
     return cls
 
 
-def find_probe(name: str) -> Probe | None:
+def find_probe(name: str) -> Probe[Any] | None:
     """Probe `name`, None when it is not installed (a report of runs by a since removed plugin)."""
     cls = probe_class(name)
     return cls() if cls is not None else None
 
 
-def get_probe(name: str) -> Probe:
+def get_probe(name: str) -> Probe[Any]:
     probe = find_probe(name)
     if probe is None:
         # No probe at all: prober runs from a tree whose metadata lacks the group (not installed,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 Protocol = Literal["anthropic", "openai"]
 
@@ -120,10 +120,6 @@ class Exchange:
     def e2e_ms(self) -> float | None:
         return self._offset(self.end_ns)
 
-    def itl_ms(self) -> list[float]:
-        """Gaps between consecutive content-bearing chunks, in milliseconds."""
-        return [(b - a) / 1e6 for a, b in zip(self.chunk_ns, self.chunk_ns[1:])]
-
     def offsets_ms(self) -> dict[str, Any]:
         return {
             "headers_ms": self._offset(self.headers_ns),
@@ -199,5 +195,51 @@ class Run:
 
 
 def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
+
+class SampleRow(TypedDict, total=False):
+    """A stored sample as `store.Store.samples` returns it (store/schema.py, table `samples`;
+    store/rows.py builds it from a Sample). total=False: a reader can also be handed a row built
+    before storage with only the columns it reads (the caching probe's usage readers, tests)."""
+
+    id: int
+    run_id: str
+    target: str
+    probe: str
+    case: str
+    labels: dict[str, Any]
+    request_index: int
+    attempt: int
+    final: bool
+    protocol: str
+    url: str
+    request_body: dict[str, Any] | None
+    request_headers: dict[str, Any] | None
+    stream: bool
+    http_status: int | None
+    response_headers: dict[str, Any] | None
+    request_id: str | None
+    system_fingerprint: str | None
+    response_model: str | None
+    service_tier: str | None
+    output_text: str | None
+    output_sha256: str
+    output_chars: int
+    output_truncated: bool
+    tool_calls: list[dict[str, Any]] | None
+    finish_reason: str | None
+    usage: dict[str, Any] | None
+    started_at: dt.datetime
+    headers_ms: float | None
+    first_byte_ms: float | None
+    ttft_ms: float | None
+    end_ms: float | None
+    chunk_offsets_ms: list[float] | None
+    chunk_chars: list[int] | None
+    error_type: str | None
+    error_message: str | None
+    findings: list[str] | None
+    rejected_params: list[str] | None
+    extra: dict[str, Any] | None
+    entry: str | None

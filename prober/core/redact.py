@@ -147,7 +147,7 @@ def _url_password(url: str | None) -> str | None:
         return None
 
 
-def config_secrets(config: "ProberConfig") -> list[str]:
+def config_secrets(config: ProberConfig) -> list[str]:
     """Every secret value the configuration names that is set in the environment; a variable that
     is unset is left to the check that needs it (which exits 2 naming it)."""
     names: list[str | None] = []
@@ -165,7 +165,7 @@ def config_secrets(config: "ProberConfig") -> list[str]:
     return [v for v in values if v]
 
 
-def register_config(config: "ProberConfig") -> None:
+def register_config(config: ProberConfig) -> None:
     register(config_secrets(config))
 
 
@@ -195,7 +195,8 @@ class RedactingStream:
         return getattr(stream, "rich_proxied_file", stream)
 
     def write(self, text: str) -> int:
-        return self._stream.write(redact_text(text))
+        written: int = self._stream.write(redact_text(text))
+        return written
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

@@ -10,6 +10,11 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 Z95 = 1.959963984540054
 
@@ -149,6 +154,11 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float | Non
     """Wilson score interval for a proportion; (None, None) when n is 0."""
     if n <= 0:
         return None, None
+    return _wilson(successes, n, z)
+
+
+def _wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """wilson_interval for n > 0."""
     p = successes / n
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
@@ -299,14 +309,15 @@ def _lattice_steps(scores: Sequence[float]) -> list[int] | None:
 
 
 def fisher_exact(successes_1: int, n_1: int, successes_2: int, n_2: int,
-                 alternative: str = "two-sided") -> float | None:
+                 alternative: Literal["two-sided", "less", "greater"] = "two-sided") -> float | None:
     """Fisher's exact test of two proportions; "greater" means the second group's proportion is
     the greater. None when either group is empty."""
     if n_1 <= 0 or n_2 <= 0:
         return None
+    import numpy as np
     from scipy.stats import fisher_exact as scipy_fisher
 
-    table = [[successes_2, n_2 - successes_2], [successes_1, n_1 - successes_1]]
+    table = np.array([[successes_2, n_2 - successes_2], [successes_1, n_1 - successes_1]])
     return float(scipy_fisher(table, alternative=alternative).pvalue)
 
 
@@ -318,8 +329,8 @@ def proportion_difference(successes_1: int, n_1: int, successes_2: int, n_2: int
     if n_1 <= 0 or n_2 <= 0:
         return None, None, None
     p_1, p_2 = successes_1 / n_1, successes_2 / n_2
-    low_1, high_1 = wilson_interval(successes_1, n_1)
-    low_2, high_2 = wilson_interval(successes_2, n_2)
+    low_1, high_1 = _wilson(successes_1, n_1)
+    low_2, high_2 = _wilson(successes_2, n_2)
     difference = p_2 - p_1
     low = difference - math.sqrt((p_2 - low_2) ** 2 + (high_1 - p_1) ** 2)
     high = difference + math.sqrt((high_2 - p_2) ** 2 + (p_1 - low_1) ** 2)
@@ -433,7 +444,8 @@ def obrien_fleming_bounds(fractions: Sequence[float], alpha: float = 0.05, grid:
     return bounds
 
 
-def _excess_crossing(bound: float, *, time: float, points, weights, sigma: float, spend: float) -> float:
+def _excess_crossing(bound: float, *, time: float, points: npt.NDArray[np.float64], weights: npt.NDArray[np.float64],
+                     sigma: float, spend: float) -> float:
     """P(first crossing of +-bound at this look) minus the alpha to spend there; the continuation
     density so far is given as `weights` at score values `points`, the increment's sd is `sigma`."""
     from scipy.stats import norm
@@ -493,8 +505,9 @@ def _exact_paired_change_p(a_only: int, b_only: int, n: int, total_a: int, total
     import numpy as np
     from scipy.special import gammaln
 
-    def log_choose(top, k):
-        return gammaln(top + 1) - gammaln(k + 1) - gammaln(top - k + 1)
+    def log_choose(top: npt.ArrayLike, k: npt.ArrayLike) -> npt.NDArray[np.float64]:
+        top, k = np.asarray(top), np.asarray(k)
+        return np.asarray(gammaln(top + 1) - gammaln(k + 1) - gammaln(top - k + 1), dtype=np.float64)
 
     concordant = total_n - total_a - total_b
     a = np.arange(total_a + 1)[:, None]
@@ -618,9 +631,10 @@ def beta_binomial_tail(successes: int, n: int, mean: float, variance_factor: flo
 
 @functools.lru_cache(maxsize=256)
 def _chi2_midpoint_quantiles(df: int, nodes: int) -> tuple[float, ...]:
+    import numpy as np
     from scipy.stats import chi2
 
-    return tuple(float(q) for q in chi2.ppf([(i + 0.5) / nodes for i in range(nodes)], df))
+    return tuple(float(q) for q in np.atleast_1d(chi2.ppf([(i + 0.5) / nodes for i in range(nodes)], df)))
 
 
 # Points of the dispersion's distribution averaged over (equal-probability midpoints).

@@ -66,8 +66,8 @@ def _body_object(body: bytes) -> dict[str, Any]:
 def _block_text(block: Any) -> str:
     """What a content block contributes to the prompt: its text, or its canonical JSON."""
     if isinstance(block, dict):
-        if block.get("type") == "text" and isinstance(block.get("text"), str):
-            return block["text"]
+        if block.get("type") == "text" and isinstance(text := block.get("text"), str):
+            return text
         block = {key: value for key, value in block.items() if key != "cache_control"}
     return json.dumps(block, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 

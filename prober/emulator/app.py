@@ -19,6 +19,7 @@ import json
 import logging
 import signal
 from types import ModuleType
+from typing import Any, cast
 
 from prober.emulator import anthropic_wire, openai_wire
 from prober.emulator.behaviours import Behaviour, Pipeline, ServerState, base_behaviours
@@ -49,7 +50,7 @@ class Emulator:
         self._seq = 0             # generation requests since start or reset
         self._in_flight = 0       # generation requests queued or holding a slot
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task] = set()
+        self._connections: set[asyncio.Task[Any]] = set()
         self.host = ""
         self.port = 0
 
@@ -64,7 +65,7 @@ class Emulator:
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def ground_truth(self) -> list[dict]:
+    def ground_truth(self) -> list[dict[str, Any]]:
         return self._truth.records()
 
     def reset(self) -> None:
@@ -86,6 +87,7 @@ class Emulator:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None                # asyncio.start_server runs each handler as a task
         self._connections.add(task)
         try:
             while True:
@@ -148,7 +150,7 @@ class Emulator:
 
     async def _generate(self, wire: ModuleType, request: HttpRequest, writer: asyncio.StreamWriter) -> bool:
         loop = asyncio.get_running_loop()
-        received: ReceiveStampingProtocol = writer.transport.get_protocol()
+        received = cast(ReceiveStampingProtocol, writer.transport.get_protocol())
         arrived = received.received_loop_time
         record = self._truth.arrived(wire.new_request_id(), "anthropic" if wire is anthropic_wire else "openai",
                                      request.path, mono_ns=received.received_ns, wall_ns=received.received_wall_ns,
@@ -172,7 +174,7 @@ class Emulator:
         fault = plan.fault.kind if plan.fault else None
         record.fault = fault
         if fault in IMMEDIATE_ERRORS:
-            retry_after = plan.fault.retry_after_s if fault == "rate_limit" else None
+            retry_after = plan.fault.retry_after_s if plan.fault is not None and fault == "rate_limit" else None
             status, headers, body = wire.error_response(IMMEDIATE_ERRORS[fault], record.request_id,
                                                         retry_after_s=retry_after)
             record.status = status
@@ -198,7 +200,7 @@ class Emulator:
                 result = await Player(writer.transport, frames, first_token_written).play()
             finally:
                 ended_normally = result is not None and not result.client_gone
-                self._slots.release(result.last_at if ended_normally else loop.time())
+                self._slots.release(result.last_at if result is not None and ended_normally else loop.time())
         finally:
             self._in_flight -= 1
             plan.ended()

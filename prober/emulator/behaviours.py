@@ -107,5 +107,5 @@ def base_behaviours(scenario: Scenario) -> list[Behaviour]:
     """The chain every scenario gets: text, nondeterminism, schema-order answers, penalty-corrupted
     records, a call of any other forced tool, usage, prompt cache, timing, fingerprint, faults."""
     return [NaturalText(scenario), ConcurrencyNondeterminism(scenario), SchemaOrderEffect(scenario),
-            PenaltyEffect(scenario), ForcedToolCall(scenario), UsageReport(scenario), PromptCache(scenario), Timing(scenario),
-            SystemFingerprint(scenario), FaultInjection(scenario)]
+            PenaltyEffect(scenario), ForcedToolCall(scenario), UsageReport(scenario), PromptCache(scenario),
+            Timing(scenario), SystemFingerprint(scenario), FaultInjection(scenario)]

@@ -242,7 +242,7 @@ def _is_web_search(tool: Any) -> bool:
 def anthropic_render(request: GenRequest) -> list[PromptBlock | bytes]:
     """Blocks and section settings (bytes) in cache render order (see the module docstring)."""
     body = request.body
-    tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+    tools = listed if isinstance(listed := body.get("tools"), list) else []
     tool_blocks = [block for block in request.blocks if block.section == "tools"]
     web = {i for i, tool in enumerate(tools) if _is_web_search(tool)} if len(tools) == len(tool_blocks) else set()
     contents = list(_content_blocks(body.get("messages")))
@@ -351,11 +351,11 @@ class PromptCache:
         minimum = self.min_tokens(request.model)
         outcome = Outcome(request.input_tokens, minimum, has_breakpoint=bool(points))
         outcome.breakpoints = [{"block": p, "prefix_tokens": bounds[p].tokens,
-                                "ttl": bounds[p].cache_control.get("ttl", "5m"), "outcome": None,
+                                "ttl": (bounds[p].cache_control or {}).get("ttl", "5m"), "outcome": None,
                                 "matched_block": None, "wrote": False} for p in points]
         outcome.written_5m = outcome.written_1h = 0
         eligible = [n for n, p in enumerate(points) if bounds[p].tokens >= minimum]
-        for n, p in enumerate(points):
+        for n in range(len(points)):
             if n not in eligible:
                 outcome.breakpoints[n]["outcome"] = "below_minimum"
         if not self.config.enabled:

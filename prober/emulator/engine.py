@@ -109,7 +109,7 @@ def stream_frames(plan: ResponsePlan, enc: WireEncoder, start: float, keep_alive
     for i, token in enumerate(plan.tokens):
         at = first + i * plan.token_interval_s + shift
         data = b""
-        if i == strike:
+        if fault is not None and i == strike:
             if fault.kind == "drop_mid_stream":
                 yield Frame(at, b"", close=True)
                 return
@@ -139,12 +139,12 @@ def unary_frames(plan: ResponsePlan, enc: WireEncoder, start: float, keep_alive:
     done = content_due(plan, start, stream=False)
     fault = plan.fault
     kind = fault.kind if fault else None
-    if kind == "mid_stream_error":
+    if fault is not None and kind == "mid_stream_error":
         status, headers, body = enc.error(MID_STREAM_ERROR)
         strike = min(fault.after_tokens, max(n - 1, 0))
         yield Frame(first + strike * plan.token_interval_s, full_response(status, headers, body, keep_alive=keep_alive))
         return
-    if kind == "stall":
+    if fault is not None and kind == "stall":
         done += fault.stall_s
     body = enc.message()
     if kind == "drop_mid_stream":
@@ -200,6 +200,7 @@ class Player:
     def _step(self) -> None:
         self._handle = None
         frame = self._next
+        assert frame is not None               # scheduled only while a frame is pending
         result = self._result
         if self._transport.is_closing():
             result.closed = result.client_gone = True

@@ -28,10 +28,11 @@ import datetime as dt
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 
 def _utc(wall_ns: int) -> str:
-    return dt.datetime.fromtimestamp(wall_ns / 1e9, dt.timezone.utc).isoformat(timespec="microseconds")
+    return dt.datetime.fromtimestamp(wall_ns / 1e9, dt.UTC).isoformat(timespec="microseconds")
 
 
 @dataclass
@@ -56,7 +57,7 @@ class RequestTruth:
     output_tokens: int | None = None
     tokens_sent: int = 0
     client_disconnected: bool = False
-    behaviours: dict = field(default_factory=dict)
+    behaviours: dict[str, Any] = field(default_factory=dict)
 
     def first_token_written(self) -> None:
         now_ns = time.perf_counter_ns()
@@ -83,7 +84,7 @@ class GroundTruth:
         self._records.append(record)
         return record
 
-    def records(self) -> list[dict]:
+    def records(self) -> list[dict[str, Any]]:
         # Flat fields, and `behaviours` is never changed once set: no deep copy needed.
         return [dict(vars(record)) for record in self._records]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 from prober.emulator.plan import ErrorKind, GenRequest, InvalidRequest, PromptBlock, ResponsePlan
 
@@ -83,7 +83,7 @@ def parse_request(body: bytes, request_id: str) -> GenRequest:
             raise InvalidRequest(f"Missing required parameter: 'messages[{index}].role'.",
                                  param=f"messages[{index}].role")
         role = message["role"]
-        section = "system" if role in ("system", "developer") else "messages"
+        section: Literal["system", "messages"] = "system" if role in ("system", "developer") else "messages"
         blocks.append(PromptBlock(section, _content_text(message.get("content")), role=role))
     max_tokens = _optional_int(data, "max_completion_tokens")
     if max_tokens is None:

@@ -79,9 +79,9 @@ def requested_penalties(request: GenRequest, inject: dict[str, float]) -> tuple[
             values[penalty] = float(value)
     injected = {}
     for name, value in inject.items():
-        penalty = PENALTY_FIELDS.get(name)
-        if penalty is not None and penalty not in values:
-            values[penalty] = injected[name] = value
+        added = PENALTY_FIELDS.get(name)
+        if added is not None and added not in values:
+            values[added] = injected[name] = value
     return Penalties(**values), injected
 
 

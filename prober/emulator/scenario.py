@@ -17,7 +17,6 @@ are errors, reported as one line naming the file and the key (`ConfigError`), li
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -62,14 +61,15 @@ class Faults(_Strict):
     malformed_then: Literal["continue", "close"] = "continue"
 
     @model_validator(mode="after")
-    def _rates_fit(self) -> "Faults":
+    def _rates_fit(self) -> Faults:
         total = sum(getattr(self, kind) for kind in FAULT_KINDS)
         if total > 1.0 + 1e-9:
             raise ValueError(f"fault rates add up to {total:g}, more than 1")
         return self
 
     def rate(self, kind: str) -> float:
-        return getattr(self, kind)
+        rate: float = getattr(self, kind)
+        return rate
 
 
 class Nondeterminism(_Strict):

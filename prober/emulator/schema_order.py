@@ -125,7 +125,8 @@ class SchemaOrderEffect:
         declared = list(properties)
         variant = "answer_first" if declared[0] == ANSWER_FIELD else "reasoning_first"
         correct = item_outcomes(self.settings, self.seed, item.id)[variant]
-        required = schema.get("required") if isinstance(schema.get("required"), list) else declared
+        listed = schema.get("required") if isinstance(schema, dict) else None
+        required = listed if isinstance(listed, list) else declared
         order = declared
         if self.settings.required_first:
             order = [k for k in declared if k in required] + [k for k in declared if k not in required]

@@ -36,6 +36,7 @@ class ReceiveStampingProtocol(asyncio.StreamReaderProtocol):
     received_loop_time = 0.0   # loop.time()
     received_ns = 0            # time.perf_counter_ns()
     received_wall_ns = 0       # time.time_ns()
+    _loop: asyncio.AbstractEventLoop   # set by StreamReaderProtocol's base; typeshed leaves it out
 
     def data_received(self, data: bytes) -> None:
         self.received_loop_time = self._loop.time()

@@ -13,8 +13,8 @@ import json
 import json.scanner
 import re
 import traceback
-from time import perf_counter_ns
 from collections.abc import Awaitable, Callable
+from time import perf_counter_ns
 from typing import Any, ClassVar
 
 from prober.core.config import TargetConfig
@@ -23,6 +23,7 @@ from prober.core.records import (
     KEPT_HEADERS,
     ChatRequest,
     Exchange,
+    Protocol,
     utcnow,
 )
 from prober.targets.base import TargetAdapter
@@ -41,7 +42,8 @@ _ERROR_BODY_LIMIT = 1 << 20
 _DRAIN_GRACE = 1.0        # seconds to wait for the end of the body after the terminal event
 
 
-_scan_json = json.scanner.make_scanner(json.JSONDecoder())   # type: ignore[attr-defined]
+# The C scanner takes the decoder as its context; typeshed types the argument as the scanner class.
+_scan_json = json.scanner.make_scanner(json.JSONDecoder())   # type: ignore[arg-type]
 
 
 def parse_json(text: str) -> Any:
@@ -151,7 +153,7 @@ class StreamDecoder:
 
 
 class HTTPAdapter(TargetAdapter):
-    protocol: ClassVar[str]
+    protocol: ClassVar[Protocol]
     endpoint: ClassVar[str]                    # path after .../v1
     decoder: ClassVar[type[StreamDecoder]]
     # Probe-side sampling names spelled differently on this protocol's wire.
@@ -255,7 +257,7 @@ class HTTPAdapter(TargetAdapter):
         return mentioned_param(ex.error_message, candidates) if candidates else None
 
     async def _exchange(self, body: dict[str, Any], stream: bool, attempt: int) -> Exchange:
-        ex = Exchange(protocol=self.protocol, url=self.url, request_body=body,  # type: ignore[arg-type]
+        ex = Exchange(protocol=self.protocol, url=self.url, request_body=body,
                       request_headers=dict(self._shown_headers[stream]), started_at=utcnow(),
                       start_ns=perf_counter_ns(), stream=stream, attempt=attempt)
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()

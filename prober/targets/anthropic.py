@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from prober.core.records import ChatRequest, Exchange
 from prober.targets.adapter import (
@@ -158,7 +158,7 @@ class AnthropicAdapter(HTTPAdapter):
     protocol = "anthropic"
     endpoint = "/messages"
     decoder = AnthropicStreamDecoder
-    wire_names = {"stop": "stop_sequences"}
+    wire_names: ClassVar[dict[str, str]] = {"stop": "stop_sequences"}
 
     def _protocol_headers(self, api_key: str | None) -> dict[str, str]:
         headers = {"anthropic-version": self.target.anthropic_version}
@@ -166,7 +166,8 @@ class AnthropicAdapter(HTTPAdapter):
             headers["x-api-key"] = api_key
         return headers
 
-    def build_body(self, request: ChatRequest, skip=frozenset()) -> tuple[dict[str, Any], list[str]]:
+    def build_body(self, request: ChatRequest, skip: frozenset[str] | set[str] = frozenset()
+                   ) -> tuple[dict[str, Any], list[str]]:
         notes = []
         body: dict[str, Any] = {"model": self.target.model, "max_tokens": request.max_tokens}
         if request.system is not None:

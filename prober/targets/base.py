@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Awaitable, Callable
+from typing import ClassVar
 
 from prober.core.config import TargetConfig
-from prober.core.records import ChatRequest, Exchange
+from prober.core.records import ChatRequest, Exchange, Protocol
 
 
 class TargetAdapter(abc.ABC):
-    protocol: str
+    protocol: ClassVar[Protocol]
 
     def __init__(self, target: TargetConfig, base_url: str, api_key: str | None) -> None:
         self.target = target

@@ -73,7 +73,7 @@ def _format_errors(exc: ValidationError) -> list[str]:
                 and _is_branch(loc[-2]):
             rejected_branches.add(loc[:-1])
     lines: list[str] = []
-    unmatched: dict[tuple, Any] = {}
+    unmatched: dict[tuple[Any, ...], Any] = {}
     for error in errors:
         loc = error["loc"]
         if any(loc[:i] in rejected_branches for i in range(1, len(loc))):
@@ -86,12 +86,11 @@ def _format_errors(exc: ValidationError) -> list[str]:
     for field, value in unmatched.items():
         if not any(line.startswith(_path(field[:-1])) for line in lines):
             lines.append(f"{_path(field)}: unknown value {value!r}")
-    seen: set[str] = set()
-    unique = [line for line in lines if not (line in seen or seen.add(line))]
+    unique = list(dict.fromkeys(lines))
     return unique[:_ERRORS_PER_EVENT]
 
 
-def _path(loc: tuple) -> str:
+def _path(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
         if _is_branch(part):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 from prober.core.records import ChatRequest, Exchange
 from prober.targets.adapter import (
@@ -232,7 +232,7 @@ class OpenAIAdapter(HTTPAdapter):
     protocol = "openai"
     endpoint = "/chat/completions"
     decoder = OpenAIStreamDecoder
-    wire_names = {"stop_sequences": "stop"}
+    wire_names: ClassVar[dict[str, str]] = {"stop_sequences": "stop"}
 
     # Newer hosted models refuse `max_tokens` ("Use 'max_completion_tokens' instead"); older servers
     # and most self-hosted ones know only `max_tokens`. Start with the widely understood name and
@@ -249,7 +249,8 @@ class OpenAIAdapter(HTTPAdapter):
             return f"max_tokens rejected, resent as max_completion_tokens: {message}"
         return None
 
-    def build_body(self, request: ChatRequest, skip=frozenset()) -> tuple[dict[str, Any], list[str]]:
+    def build_body(self, request: ChatRequest, skip: frozenset[str] | set[str] = frozenset()
+                   ) -> tuple[dict[str, Any], list[str]]:
         body: dict[str, Any] = {"model": self.target.model, self.max_tokens_field: request.max_tokens}
         messages = request.messages
         if request.system is not None:
@@ -294,7 +295,7 @@ class OpenAIAdapter(HTTPAdapter):
                 ex.text = message["content"]
             for call in message.get("tool_calls") or []:
                 if isinstance(call, dict):
-                    function = call.get("function") if isinstance(call.get("function"), dict) else {}
+                    function = named if isinstance(named := call.get("function"), dict) else {}
                     ex.tool_calls.append(tool_call_record(call.get("type", "function"), call.get("id"),
                                                           function.get("name"), function.get("arguments")))
             if message.get("refusal"):

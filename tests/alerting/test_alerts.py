@@ -7,20 +7,21 @@ import socket
 
 import pytest
 
-from prober.core.config import ProberConfig
 from prober.alerting.alerts import advance, evaluate_run, make_sinks
 from prober.alerting.sinks import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from prober.core.config import ProberConfig
 from store import Store
+from tests.store.test_store_roundtrip import store_url  # noqa: F401  (SQLite and PostgreSQL)
 from tests.support.history import add_run
 from tests.support.receiver import Receiver
-from tests.store.test_store_roundtrip import store_url  # noqa: F401  (SQLite and PostgreSQL)
 
 SECRET = "s3cr3t-for-the-alert-tests-7f1c"
 
 
 def config_for(*sinks: dict) -> ProberConfig:
     return ProberConfig.model_validate({
-        "slo": [{"name": "errors", "metric": "error_rate", "comparator": "<=", "threshold": 0.1, "severity": "critical"}],
+        "slo": [{"name": "errors", "metric": "error_rate", "comparator": "<=", "threshold": 0.1,
+                 "severity": "critical"}],
         "sinks": list(sinks), "drift": {"enabled": False}})
 
 
@@ -43,10 +44,12 @@ def test_one_event_per_state_change_and_a_delivery_row_per_sink(store_url, monke
         outcomes = [evaluate_run(store, config, night(store, i, rate)) for i, rate in
                     enumerate([0.3, 0.4, 0.5, 0.0, 0.0, 0.2])]
         events = store.alert_events()
-    assert [[r["state"] for r in o.firing] for o in outcomes] == [["firing"], ["firing"], ["firing"], [], [], ["firing"]]
+    assert [[r["state"] for r in o.firing] for o in outcomes] == [
+        ["firing"], ["firing"], ["firing"], [], [], ["firing"]]
     assert [len(o.fired_now) for o in outcomes] == [1, 0, 0, 0, 0, 1]
     assert [len(o.resolved_now) for o in outcomes] == [0, 0, 0, 1, 0, 0]
-    assert [(e["status"], e["run_id"]) for e in events] == [("firing", "run0"), ("resolved", "run3"), ("firing", "run5")]
+    assert [(e["status"], e["run_id"]) for e in events] == [
+        ("firing", "run0"), ("resolved", "run3"), ("firing", "run5")]
     assert all(set(e["deliveries"]) == {"webhook", "slack"} for e in events)
     assert all(d["delivered_at"] is not None and d["attempts"] == 1 for e in events for d in e["deliveries"].values())
     assert [r.json()["status"] for r in hook.requests] == ["firing", "resolved", "firing"]
@@ -113,7 +116,7 @@ def test_state_machine_pending_is_not_a_notification():
                            metric="m", labels={}, value=1.0, broken=broken, for_runs=2, summary="")
 
     import datetime as dt
-    now = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     row, event = advance(None, obs(True), "r1", now)
     assert (row["state"], row["breaks"], event) == ("pending", 1, None)
     row, event = advance(row, obs(False), "r2", now)

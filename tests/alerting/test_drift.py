@@ -12,11 +12,18 @@ import numpy as np
 import pytest
 import statsmodels.api as sm
 
+from prober.alerting.alerts import drift_observations, evaluate_run
+from prober.alerting.drift import (
+    DriftOutcome,
+    decide,
+    drift_for_run,
+    is_proportion,
+    night_test,
+    run_values,
+    target_tests,
+)
 from prober.core import stats
 from prober.core.config import DriftConfig, ProberConfig
-from prober.alerting.alerts import evaluate_run
-from prober.alerting.alerts import drift_observations
-from prober.alerting.drift import DriftOutcome, decide, drift_for_run, is_proportion, night_test, run_values, target_tests
 from store import Store
 from tests.support.history import add_run, share
 
@@ -223,7 +230,7 @@ def _penalty_night(corrupted: dict[tuple[str, float], int]) -> list[dict]:
 def test_a_penalty_setting_pools_its_grid_cells_into_one_family_and_names_the_cell_that_moved():
     config = DriftConfig()
     quiet = [run_values(_penalty_night({})) for _ in range(config.baseline_runs + 1)]
-    (identity, (value, labels)), = run_values(_penalty_night({})).items()
+    (_identity, (value, labels)), = run_values(_penalty_night({})).items()
     assert labels == {"penalty": "frequency_penalty", "penalty_value": 0.3} and value.n == 18
     tests, short = target_tests("t", run_values(_penalty_night({("json_schema", 0.2): 3, ("json_object", 0.0): 1})),
                                 quiet, config)

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
+from prober.alerting.sinks import DeliveryError, make_sink, verify
 from prober.core.config import SinkConfig
 from prober.core.errors import ConfigError
-from prober.alerting.sinks import DeliveryError, make_sink, verify
 from tests.support.alertmanager import current_alerts
 from tests.support.receiver import Receiver
 
@@ -28,7 +28,7 @@ def event(status: str = "firing", summary: str = "ttft16: prod ttft_p50_ms (conc
         "key": key, "kind": "slo", "name": "ttft16", "severity": "critical", "target": "prod", "suite": "nightly",
         "probe": "latency", "metric": "ttft_p50_ms", "labels": {"concurrency": 16}, "value": 950.0,
         "summary": summary, "description": "TTFT p50 at 16 must stay <= 800 ms", "detail": {"threshold": 800},
-        "fired_at": fired, "resolved_at": dt.datetime.now(dt.timezone.utc).isoformat() if status == "resolved" else None,
+        "fired_at": fired, "resolved_at": dt.datetime.now(dt.UTC).isoformat() if status == "resolved" else None,
         "run_id": "abc123"}}
 
 
@@ -39,7 +39,8 @@ def sink(monkeypatch, **fields):
 
 def test_webhook_payload_and_hmac_signature_as_a_receiver_checks_them(monkeypatch):
     with Receiver() as receiver:
-        sink(monkeypatch, kind="webhook", url=receiver.url + "/hooks/prober", secret_env="SINK_TEST_SECRET").send(event())
+        sink(monkeypatch, kind="webhook", url=receiver.url + "/hooks/prober",
+             secret_env="SINK_TEST_SECRET").send(event())
     [request] = receiver.requests
     assert request.path == "/hooks/prober"
     assert request.headers["content-type"] == "application/json"
@@ -60,7 +61,8 @@ def test_webhook_payload_and_hmac_signature_as_a_receiver_checks_them(monkeypatc
 
 def test_slack_payload_escapes_control_characters(monkeypatch):
     with Receiver() as receiver:
-        sink(monkeypatch, kind="slack", url=receiver.url).send(event(summary="model said <script>alert(1)</script> & left"))
+        hostile = event(summary="model said <script>alert(1)</script> & left")
+        sink(monkeypatch, kind="slack", url=receiver.url).send(hostile)
         sink(monkeypatch, kind="slack", url=receiver.url).send(event(status="resolved"))
     firing, resolved = (r.json() for r in receiver.requests)
     assert firing["text"].startswith(":rotating_light: [FIRING] ttft16 (critical) on prod")
@@ -107,9 +109,9 @@ def test_alertmanager_shows_the_alert_and_closes_it_on_resolve(monkeypatch, aler
     assert shown["annotations"]["summary"].startswith("ttft16: prod ttft_p50_ms")
     assert shown["annotations"]["description"] == "TTFT p50 at 16 must stay <= 800 ms"
     assert dt.datetime.fromisoformat(shown["startsAt"].replace("Z", "+00:00")) == \
-        dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+        dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     ends = dt.datetime.fromisoformat(shown["endsAt"].replace("Z", "+00:00"))
-    assert ends - dt.datetime.now(dt.timezone.utc) > dt.timedelta(hours=25)      # held until the next run
+    assert ends - dt.datetime.now(dt.UTC) > dt.timedelta(hours=25)      # held until the next run
 
     resolved = event(status="resolved")
     resolved["alert"]["target"] = "prod-am-test"

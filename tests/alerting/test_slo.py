@@ -7,10 +7,10 @@ import textwrap
 
 import pytest
 
-from prober.core.config import ProberConfig, SloRule, load_config
-from prober.core.errors import ConfigError
 from prober.alerting.alerts import evaluate_run
 from prober.alerting.slo import rule_breaks, rule_matches
+from prober.core.config import ProberConfig, SloRule, load_config
+from prober.core.errors import ConfigError
 from store import Store
 from tests.support.cli import prober
 from tests.support.history import add_run
@@ -54,8 +54,8 @@ def _states(store: Store, config: ProberConfig, values: list[float]) -> list[tup
     """Evaluate one run per value; per run: the alert state and the events that run made."""
     seen = []
     for night, value in enumerate(values):
-        run = add_run(store, f"run{night}", night, [{"name": "ttft_p50_ms", "value": value, "labels": {"concurrency": 16},
-                                                     "n": 32, "unit": "ms"}])
+        run = add_run(store, f"run{night}", night, [{"name": "ttft_p50_ms", "value": value,
+                                                     "labels": {"concurrency": 16}, "n": 32, "unit": "ms"}])
         evaluation = evaluate_run(store, config, run["id"])
         [alert] = store.alerts()
         seen.append((alert["state"], [e["status"] for e in store.alert_events() if e["run_id"] == run["id"]]))
@@ -115,11 +115,13 @@ def test_slo_config_from_toml_and_its_errors(tmp_path):
     assert (loaded.for_runs, loaded.labels, loaded.severity, loaded.comparator) == (2, {"concurrency": 16},
                                                                                      "critical", "<=")
     for bad, message in [('comparator = "=="', r"slo\.0\.comparator"), ("for = 0", r"slo\.0\.for"),
-                         ('severity = "page"', r"slo\.0\.severity"), ("thresold = 1", r"slo\.0\.thresold: unknown key")]:
+                         ('severity = "page"', r"slo\.0\.severity"),
+                         ("thresold = 1", r"slo\.0\.thresold: unknown key")]:
         path.write_text(f'[[slo]]\nname = "a"\nmetric = "m"\nthreshold = 1\n{bad}\n')
         with pytest.raises(ConfigError, match=message):
             load_config(path)
-    path.write_text('[[slo]]\nname = "a"\nmetric = "m"\nthreshold = 1\n[[slo]]\nname = "a"\nmetric = "n"\nthreshold = 2\n')
+    path.write_text('[[slo]]\nname = "a"\nmetric = "m"\nthreshold = 1\n'
+                    '[[slo]]\nname = "a"\nmetric = "n"\nthreshold = 2\n')
     with pytest.raises(ConfigError, match="names must be unique.*repeated: a"):
         load_config(path)
 

@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-import alarm_calibration as bench  # noqa: E402
+import alarm_calibration as bench
 
 QUIET_NIGHTS = 270          # three budget periods of 90 nights
 HISTORIES = 40

@@ -41,7 +41,8 @@ def _one_error_line(result, code):
 @contextlib.contextmanager
 def _mounted_tmpfs(path, options):
     path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+                             capture_output=True, text=True)
     if mounted.returncode != 0:
         pytest.skip(f"this sandbox refuses mount -t tmpfs: {mounted.stderr.strip()}")
     try:
@@ -138,7 +139,8 @@ def test_a_read_only_out_directory_exits_2(tmp_path):
     with emulator_process(tmp_path, FAST) as base_url:
         config = _store_with_one_run(tmp_path, base_url)
     with _mounted_tmpfs(tmp_path / "ro", "ro,size=64k") as read_only:
-        for args in (["report", "--format", "html"], ["export", "--format", "csv"], ["export", "--format", "prometheus"]):
+        for args in (["report", "--format", "html"], ["export", "--format", "csv"],
+                     ["export", "--format", "prometheus"]):
             line = _one_error_line(prober(*args, "--out", str(read_only / "out"), "--config", str(config),
                                           cwd=tmp_path), 2)
             assert str(read_only) in line and "Read-only file system" in line

@@ -10,9 +10,9 @@ from typing import Any
 import anthropic
 import pytest
 
+from prober.core.errors import ConfigError
 from prober.emulator import Scenario, load_scenario
 from prober.emulator.tokenizer import count_tokens
-from prober.core.errors import ConfigError
 from tests.support.emulator import ManualClock, RawConnection, cache_on_clock, raw_request, run, running
 
 pytestmark = pytest.mark.timeout(60)
@@ -214,7 +214,7 @@ def test_lookback_reaches_20_blocks(growth) -> None:
 
 @pytest.mark.parametrize("growth", [21, 22, 30])
 def test_lookback_misses_past_20_blocks(growth) -> None:
-    first, second, prefix = conversation(growth)
+    first, second, _prefix = conversation(growth)
     usages, truth = serve([first, second])
     assert usages[1]["cache_read_input_tokens"] == 0
     assert usages[1]["cache_creation_input_tokens"] == truth[1]["prompt_tokens"]
@@ -231,7 +231,7 @@ def test_a_breakpoint_every_15_blocks_recovers_the_lookback(growth) -> None:
 
 
 def test_lookback_knob() -> None:
-    first, second, prefix = conversation(8)
+    first, second, _prefix = conversation(8)
     usages, truth = serve([first, second], fast(cache={"lookback_blocks": 5}))
     assert usages[1]["cache_read_input_tokens"] == 0 and truth[1]["miss_reason"] == "lookback_exceeded"
 

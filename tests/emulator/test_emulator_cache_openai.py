@@ -11,8 +11,8 @@ import openai
 import pytest
 
 from prober.emulator import Scenario
-from tests.support.emulator import ManualClock, RawConnection, cache_on_clock, raw_request, run, running
 from tests.emulator.test_emulator_cache import FAST_SETTINGS, fast, words
+from tests.support.emulator import ManualClock, RawConnection, cache_on_clock, raw_request, run, running
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -84,7 +84,7 @@ def test_volatile_value_at_the_start_never_reads() -> None:
 
 def test_key_includes_model_and_prompt_cache_key() -> None:
     system = words(1500)
-    usages, truth = serve([chat(system, prompt_cache_key="tenant-a"), chat(system, prompt_cache_key="tenant-a"),
+    usages, _truth = serve([chat(system, prompt_cache_key="tenant-a"), chat(system, prompt_cache_key="tenant-a"),
                            chat(system, prompt_cache_key="tenant-b"), chat(system, prompt_cache_key="tenant-a",
                                                                            model="gpt-emu-2")])
     assert [cached(u) for u in usages] == [0, 1408, 0, 0]

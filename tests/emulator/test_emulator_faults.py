@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import anthropic
@@ -9,8 +10,15 @@ import openai
 import pytest
 
 from prober.emulator import Faults, Scenario
-from tests.support.emulator import (RawConnection, anthropic_body, openai_body, raw_request, run, running,
-                                    timing_sensitive)
+from tests.support.emulator import (
+    RawConnection,
+    anthropic_body,
+    openai_body,
+    raw_request,
+    run,
+    running,
+    timing_sensitive,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -73,7 +81,7 @@ def test_sdks_raise_their_error_classes() -> None:
                          o.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])):
                 try:
                     await call
-                except Exception as exc:   # noqa: BLE001 - the class is what is checked
+                except Exception as exc:
                     caught.append(exc)
             await a.close()
             await o.close()
@@ -144,7 +152,7 @@ def test_drop_mid_stream_surfaces_in_the_sdk_as_a_broken_stream() -> None:
         async with running(_with(drop_mid_stream=1.0, after_tokens=2)) as emulator:
             client = anthropic.AsyncAnthropic(base_url=emulator.base_url, api_key="x", max_retries=0)
             received = []
-            with pytest.raises(Exception) as caught:   # noqa: PT011 - the SDK wraps the transport error
+            with pytest.raises(Exception) as caught:
                 async with client.messages.stream(model="m", max_tokens=50,
                                                   messages=[{"role": "user", "content": "x"}]) as stream:
                     async for text in stream.text_stream:
@@ -193,7 +201,7 @@ def test_stall_pauses_the_stream_then_finishes_it() -> None:
     assert response.complete
     arrivals = [ns for ns, payload in response.chunks if b"content_block_delta" in payload]
     assert len(arrivals) == 8
-    gaps_ms = [(b - a) / 1e6 for a, b in zip(arrivals, arrivals[1:])]
+    gaps_ms = [(b - a) / 1e6 for a, b in itertools.pairwise(arrivals)]
     assert 300 <= gaps_ms[1] < 310           # between the 2nd and 3rd token
     assert max(gaps_ms[:1] + gaps_ms[2:]) < 5
     assert truth[0]["fault"] == "stall" and truth[0]["tokens_sent"] == 8

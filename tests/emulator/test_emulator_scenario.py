@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from prober.emulator import Faults, Scenario, load_scenario
 from prober.core.errors import ConfigError
+from prober.emulator import Faults, Scenario, load_scenario
 
 
 def test_defaults() -> None:

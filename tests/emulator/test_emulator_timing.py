@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import statistics
 
 import pytest
 
 from prober.emulator import Scenario
 from prober.emulator.tokenizer import count_tokens
-from tests.support.emulator import (RawConnection, anthropic_body, openai_body, raw_request, run, running,
-                                    timing_sensitive)
+from tests.support.emulator import (
+    RawConnection,
+    anthropic_body,
+    openai_body,
+    raw_request,
+    run,
+    running,
+    timing_sensitive,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -87,7 +95,7 @@ def test_decode_rate_sets_the_gaps_and_does_not_drift() -> None:
     response = run(go())
     arrivals = [ns for ns, payload in response.chunks if b"content_block_delta" in payload]
     assert len(arrivals) == 100
-    gaps_ms = [(b - a) / 1e6 for a, b in zip(arrivals, arrivals[1:])]
+    gaps_ms = [(b - a) / 1e6 for a, b in itertools.pairwise(arrivals)]
     assert statistics.median(gaps_ms) == pytest.approx(4.0, abs=0.5)
     # absolute deadlines: 99 gaps add up to 99 x 4 ms, not 99 x (4 ms + overhead)
     assert (arrivals[-1] - arrivals[0]) / 1e6 == pytest.approx(396, abs=4)

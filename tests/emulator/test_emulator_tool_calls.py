@@ -12,9 +12,9 @@ import openai
 import pytest
 
 from prober.core.config import TargetConfig
+from prober.core.records import ChatRequest
 from prober.emulator import Scenario
 from prober.emulator.behaviours import base_behaviours
-from prober.core.records import ChatRequest
 from prober.targets import make_adapter
 from tests.support.emulator import run, running
 

@@ -7,8 +7,16 @@ import json
 import pytest
 
 from prober.emulator import Scenario
-from tests.support.emulator import (RawConnection, anthropic_body, openai_body, raw_request, run, running,
-                                    sse_events, wire_samples_dir)
+from tests.support.emulator import (
+    RawConnection,
+    anthropic_body,
+    openai_body,
+    raw_request,
+    run,
+    running,
+    sse_events,
+    wire_samples_dir,
+)
 
 pytestmark = pytest.mark.timeout(60)
 

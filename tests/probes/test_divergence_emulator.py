@@ -5,12 +5,12 @@ from collections import defaultdict
 
 import pytest
 
+from prober.core.errors import ConfigError
+from prober.core.probe_registry import get_probe
 from prober.emulator import Scenario, load_scenario
 from prober.emulator.behaviours import Pipeline, ServerState, base_behaviours
 from prober.emulator.nondeterminism import divergence_probability, flip_probability
 from prober.emulator.plan import GenRequest, PromptBlock
-from prober.core.errors import ConfigError
-from prober.core.probe_registry import get_probe
 from probes.divergence import DivergenceParams
 from store.rows import output_fields
 from tests.support.emulated import run_suite_on_emulator

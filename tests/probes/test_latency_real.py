@@ -2,9 +2,9 @@
 
 import json
 
+from store import Store
 from tests.support.cli import prober
 from tests.support.llama import free_port
-from store import Store
 
 
 def test_local_start_then_latency_suite(tmp_path):

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from prober.core import stats
+from prober.core.errors import ConfigError
 from prober.emulator import Scenario, load_scenario
 from prober.emulator.behaviours import Pipeline, ServerState, base_behaviours
 from prober.emulator.plan import GenRequest, PromptBlock
 from prober.emulator.schema_order import item_outcomes
-from prober.core.errors import ConfigError
 from suites.datasets import SHIPPED_SCHEMA_ORDER, load_labelled_jsonl
 from tests.support.emulated import run_suite_on_emulator
 

@@ -107,7 +107,8 @@ def test_a_relative_dataset_is_read_next_to_the_suite_file_but_from_the_cwd_on_t
 
 @pytest.mark.parametrize("variants, message", [
     ([{"name": "a", "properties": ["confidence"]}, {"name": "b", "properties": ["label"]}], "must include 'label'"),
-    ([{"name": "a", "properties": ["label", "steps"]}, {"name": "b", "properties": ["label"]}], "unknown field 'steps'"),
+    ([{"name": "a", "properties": ["label", "steps"]}, {"name": "b", "properties": ["label"]}],
+     "unknown field 'steps'"),
     ([{"name": "a", "properties": ["label"]}, {"name": "a", "properties": ["label"]}], "variant names must be unique"),
     ([{"name": "a", "properties": ["label"], "required": ["rationale"]}, {"name": "b", "properties": ["label"]}],
      "required field 'rationale'"),

@@ -19,7 +19,7 @@ from reports.prometheus import exposition, gauge_name, label_name, label_value
 from store import Store
 from tests.support.cli import prober
 
-NOW = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
 HOSTILE_LABELS = {"quote": 'say "hi"', "back\\slash": "a\\b", "new-line": "one\ntwo", "target": "not the target",
                   "__reserved": "x", "9lives": "cat"}
 
@@ -105,7 +105,7 @@ def test_tables_round_trip_through_pandas(export_store, fmt):
 
 
 def test_prometheus_textfile_passes_promtool(export_store):
-    tmp, store, latency_run = export_store
+    tmp, _store, _latency_run = export_store
     out = tmp / "textfile"
     result = prober("export", "--format", "prometheus", "--out", str(out), cwd=tmp)
     assert result.returncode == 0, result.stderr

@@ -16,7 +16,7 @@ from store import Store
 from tests.support.cli import prober
 from tests.support.postgres import create_database
 
-NOW = dt.datetime.now(dt.timezone.utc)
+NOW = dt.datetime.now(dt.UTC)
 
 
 def _write_history(url: str) -> None:

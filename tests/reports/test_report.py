@@ -14,15 +14,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 from markupsafe import escape
+from rich.console import Console
 
+from prober.alerting.alerts import evaluate_run
+from prober.alerting.verdicts import ReportVerdicts
+from prober.commands.run import run_and_judge
 from prober.core.config import ProberConfig
 from prober.core.errors import ConfigError
 from prober.core.records import Exchange, Metric, Run, Sample
-from prober.commands.run import run_and_judge
-from prober.alerting.alerts import evaluate_run
-from prober.alerting.verdicts import ReportVerdicts
 from reports.collect import collect, parse_since
 from reports.html import render_html
 from reports.json_report import render_json
@@ -35,7 +35,7 @@ from tests.support.cli import prober
 SCRIPT = "<script>alert(1)</script>"
 IMG = '"><img src=x onerror=alert(2)>'
 EVIL_TARGET = 'evil"><img src=x onerror=alert(3)>'
-NOW = dt.datetime.now(dt.timezone.utc)
+NOW = dt.datetime.now(dt.UTC)
 
 
 def _config(tmp: Path) -> ProberConfig:
@@ -288,10 +288,10 @@ def test_markdown_escaping_helpers():
 
 
 def test_parse_since():
-    now = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
     assert parse_since("30d", now) == now - dt.timedelta(days=30)
     assert parse_since("12h", now) == now - dt.timedelta(hours=12)
-    assert parse_since("2026-02-01", now) == dt.datetime(2026, 2, 1, tzinfo=dt.timezone.utc)
+    assert parse_since("2026-02-01", now) == dt.datetime(2026, 2, 1, tzinfo=dt.UTC)
     with pytest.raises(ConfigError, match="--since 'yesterday'"):
         parse_since("yesterday", now)
 

@@ -5,6 +5,7 @@ drift baseline only takes runs that measured the same thing."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from prober.alerting.drift import baseline_window
 from store import Store
@@ -96,7 +97,7 @@ def test_a_closed_port_fails_alone_and_the_emulator_target_is_judged(tmp_path):
     assert "emu: SLOs: 1 held, 0 broken, 1 no data" in shown.stdout
     report = prober("report", "--format", "md", "--out", str(tmp_path / "report"), "--config", config, cwd=tmp_path)
     assert report.returncode == 0, report.stderr
-    markdown = open(report.stdout.strip().splitlines()[-1], encoding="utf-8").read()
+    markdown = Path(report.stdout.strip().splitlines()[-1]).read_text(encoding="utf-8")
     assert "- target emu: complete (target config " in markdown
     assert "latency.latency: latency probe v1, params " in markdown
 

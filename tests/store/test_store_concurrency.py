@@ -8,8 +8,8 @@ import signal
 import time
 
 from store import Store
-from tests.support.postgres import postgres_url  # noqa: F401
 from tests.store.test_store_roundtrip import make_run, make_sample, store_url  # noqa: F401
+from tests.support.postgres import postgres_url  # noqa: F401
 
 # spawn: the children start clean (no threads or connections inherited from pytest).
 CONTEXT = multiprocessing.get_context("spawn")

@@ -12,8 +12,8 @@ from store import MIGRATIONS, Store, migrate, schema_version
 from store.engine import open_engine
 from store.migrations import add_column
 from store.schema import metadata
-from tests.support.postgres import postgres_url  # noqa: F401
 from tests.store.test_store_roundtrip import make_run, make_sample, store_url, write_samples  # noqa: F401
+from tests.support.postgres import postgres_url  # noqa: F401
 
 SAMPLE_COLUMNS = [
     "id", "run_id", "target", "probe", "case", "labels", "request_index", "attempt", "final", "protocol", "url",

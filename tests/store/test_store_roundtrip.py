@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,7 @@ from prober.core.records import Exchange, Metric, Run, Sample
 from store import Store
 from tests.support.postgres import create_database, postgres_url  # noqa: F401
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 START_NS = 5_000_000_000
 
 
@@ -259,7 +260,7 @@ def test_mark_stale_runs_interrupted(db):
     db.create_run(make_run("done", pid=dead, started_at=now, status="complete"))
     try:
         deadline = time.monotonic() + 5
-        while (open(f"/proc/{zombie.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+        while (Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
                and time.monotonic() < deadline):
             time.sleep(0.01)
         db.create_run(make_run("zombie", pid=zombie.pid, started_at=now))

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from store import SampleWriteError, Store
-from tests.support.postgres import postgres_url  # noqa: F401
 from tests.store.test_store_roundtrip import db, make_run, make_sample, store_url  # noqa: F401
+from tests.support.postgres import postgres_url  # noqa: F401
 
 
 def test_each_sample_is_visible_to_another_connection_within_a_second(db, store_url):
@@ -104,7 +104,7 @@ def test_a_locked_sqlite_database_is_waited_for_not_lost(tmp_path):
         writer = opened.sample_writer()
         writer.submit(make_sample("r1", 0))
         finish = threading.Thread(target=opened.finish_run,
-                                  args=("r1", "complete", dt.datetime.now(dt.timezone.utc)))
+                                  args=("r1", "complete", dt.datetime.now(dt.UTC)))
         finish.start()
         time.sleep(0.6)
         assert writer.pending == 1

@@ -20,7 +20,6 @@ from prober.emulator import Emulator, Scenario
 from prober.emulator.behaviours import Behaviour, base_behaviours
 from prober.emulator.caching import PromptCache
 
-
 TIMING_ATTEMPTS = 3
 
 
@@ -122,7 +121,7 @@ class RawConnection:
         self.writer = writer
 
     @classmethod
-    async def open(cls, port: int) -> "RawConnection":
+    async def open(cls, port: int) -> RawConnection:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         return cls(reader, writer)
 

@@ -11,7 +11,7 @@ from typing import Any
 from prober.core.records import Exchange, Metric, Run, Sample
 from store import Store
 
-T0 = dt.datetime(2026, 1, 1, 3, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 1, 1, 3, 0, tzinfo=dt.UTC)
 
 
 def add_run(store: Store, run_id: str, night: int, metrics: list[dict[str, Any]], *, suite: str = "latency",

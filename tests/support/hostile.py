@@ -129,7 +129,7 @@ class HostileServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def __enter__(self) -> "HostileServer":
+    def __enter__(self) -> HostileServer:
         self._thread.start()
         return self
 

@@ -34,7 +34,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 status = receiver.status
                 if 200 <= status < 300:
@@ -57,7 +57,7 @@ class Receiver:
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def __enter__(self) -> "Receiver":
+    def __enter__(self) -> Receiver:
         self._thread.start()
         return self
 

@@ -202,8 +202,9 @@ def test_http_error_statuses(status, body, expected):
 
 def test_json_error_body_on_stream_request_openai():
     async def handler(request, writer, server):
+        message = "request (731 tokens) exceeds the available context size"
         writer.write(json_response(400, {"error": {"code": 400, "type": "exceed_context_size_error",
-                                                   "message": "request (731 tokens) exceeds the available context size"}}))
+                                                   "message": message}}))
 
     [ex], _ = run_with(handler, "openai", [ChatRequest(messages=USER)])
     assert ex.error_type == "bad_request" and "exceeds" in ex.error_message

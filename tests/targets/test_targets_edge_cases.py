@@ -16,13 +16,12 @@ from rich.console import Console
 
 from prober.budget import RunBudget
 from prober.core.config import Budget, RunnerConfig, TargetConfig
-from prober.progress import RunProgress
 from prober.core.records import ChatRequest, Exchange
+from prober.progress import RunProgress
 from prober.session import TargetGate, TargetSession
 from prober.targets import make_adapter
 from prober.targets.conformance import check_exchange
 from probes.latency import LatencyParams, LatencyProbe
-from tests.targets.test_targets_samples import INCLUDE_USAGE, WIRE_SAMPLES, _events, _rebuild, decode
 from tests.support.scripted_server import (
     LAST_CHUNK,
     ScriptedServer,
@@ -31,6 +30,7 @@ from tests.support.scripted_server import (
     response_bytes,
     sse_head,
 )
+from tests.targets.test_targets_samples import INCLUDE_USAGE, WIRE_SAMPLES, _events, _rebuild, decode
 
 pytestmark = pytest.mark.timeout(60)
 USER = [{"role": "user", "content": "hi"}]
@@ -212,7 +212,8 @@ def test_every_resend_is_a_stored_attempt_charged_to_budget_and_rate_limit():
             budget = RunBudget(Budget())
             session = TargetSession(run_id="r", target=target, adapter=make_adapter(target, server.url, None),
                                     gate=TargetGate(asyncio.Semaphore(1), throttler), probe_name="p",
-                                    budget=budget, writer=writer, settings=RunnerConfig(), progress=RunProgress(Console(), enabled=False),
+                                    budget=budget, writer=writer, settings=RunnerConfig(),
+                                    progress=RunProgress(Console(), enabled=False),
                                     request_counter=itertools.count())
             t0 = time.monotonic()
             final = await session.send(ChatRequest(messages=USER, stream=False, sampling={"temperature": 0}),

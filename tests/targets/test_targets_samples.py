@@ -137,7 +137,7 @@ def test_hosted_samples_pure(protocol, name, expected, split):
 
 @pytest.mark.parametrize("protocol,name,expected", LLAMA_STREAMS, ids=[h[1] for h in LLAMA_STREAMS])
 def test_llama_server_streams_pure(protocol, name, expected):
-    head, body = http_body(name)
+    _head, body = http_body(name)
     meta = json.loads((LLAMA / name.replace(".http", ".json")).read_text())
     ex = decode(protocol, body, 11, meta["request"])
     check(ex, expected)

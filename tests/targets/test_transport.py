@@ -83,7 +83,7 @@ def test_chunked_body_with_extensions_and_trailers():
         async with ScriptedServer(handler) as server:
             transport, head = make(server)
             for _ in range(2):
-                response, body = await fetch(transport, head)
+                _response, body = await fetch(transport, head)
                 assert body == b"hello 0123456789"
             assert server.connections == 1
             await transport.aclose()
@@ -137,7 +137,7 @@ def test_server_closing_after_stream_then_next_request_succeeds():
         async with ScriptedServer(handler) as server:
             transport, head = make(server)
             for _ in range(4):
-                response, body = await fetch(transport, head)
+                _response, body = await fetch(transport, head)
                 assert body == b"data: 1\n\ndata: [DONE]\n\n"
             assert len(server.requests) == 4
             await transport.aclose()
@@ -436,7 +436,7 @@ def test_stream_pushes_chunks_with_arrival_times_and_stops_early():
             for _ in range(2):
                 response = await transport.send(head, b"{}")
                 seen = []
-                await response.stream(lambda data, ns: seen.append((data, ns)) or data.startswith(b"STOP"))
+                await response.stream(lambda data, ns, seen=seen: seen.append((data, ns)) or data.startswith(b"STOP"))
                 assert [data for data, _ in seen] == [b"a", b"b", b"STOPignored"]
                 assert 40 < (seen[1][1] - seen[0][1]) / 1e6 < 300
                 assert response.first_byte_ns == seen[0][1]

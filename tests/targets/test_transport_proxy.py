@@ -109,7 +109,7 @@ def test_https_is_tunnelled_with_connect_and_connect_time_is_apart_from_ttft(pro
     # Connect, proxy connect and tunnel are measured, and none of it is inside TTFT: TTFT starts
     # once the tunnel and TLS are up, so TTFT + connect time fit within the wall time of the call.
     connect, proxy_connect, tunnel = (ex.extra[k] for k in ("connect_ms", "proxy_connect_ms", "proxy_tunnel_ms"))
-    assert 0 < proxy_connect and 0 < tunnel and proxy_connect + tunnel < connect
+    assert proxy_connect > 0 and tunnel > 0 and proxy_connect + tunnel < connect
     assert ex.ttft_ms is not None and ex.ttft_ms + connect <= wall_ms
     assert "sk-proxy-test" not in json.dumps(ex.extra)
 

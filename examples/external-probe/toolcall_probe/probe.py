@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from prober.core.declarations import Chart, MetricFamily, NotableSample
-from prober.core.records import ChatRequest, Metric
+from prober.core.records import ChatRequest, Metric, SampleRow
 from probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext, ProbeParams
 
 TOOL_NAME = "get_weather"
@@ -105,7 +105,7 @@ class ToolCallProbe(Probe):
     version = 1
     Params = ToolCallParams
     metric_names = frozenset({"error_rate", "tool_call_rate", "arguments_valid_rate"})
-    label_params = {"tool_counts": "tools"}
+    label_params: ClassVar[dict[str, str]] = {"tool_counts": "tools"}
     metric_families = (
         ERROR_RATE,
         MetricFamily("tool_call_rate", "share", bad_direction=-1),
@@ -141,7 +141,7 @@ class ToolCallProbe(Probe):
                       "share", ("tool_call_rate", "arguments_valid_rate"), x="tools", x_label="tools offered"),
                 Chart("trend", "Valid tool arguments over time", "share", ("arguments_valid_rate",))]
 
-    def examples(self, samples: Sequence[dict[str, Any]]) -> list[NotableSample]:
+    def examples(self, samples: Sequence[SampleRow]) -> list[NotableSample]:
         found = []
         for row in samples:
             call, arguments = call_problems(row)
