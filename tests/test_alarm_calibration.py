@@ -15,6 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import alarm_calibration as bench  # noqa: E402
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.timeout(600)
 def test_quiet_nights_at_high_noise_stay_within_the_page_budget():

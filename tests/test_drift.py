@@ -20,6 +20,8 @@ from reports.drift import DriftOutcome, decide, drift_for_run, is_proportion, ni
 from store import Store
 from tests.support.history import add_run, share
 
+pytestmark = pytest.mark.unit
+
 NIGHTS = 400
 
 

@@ -14,7 +14,7 @@ from prober.emulator import Scenario
 from tests.support.emulator import ManualClock, RawConnection, cache_on_clock, raw_request, run, running
 from tests.test_emulator_cache import FAST_SETTINGS, fast, words
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(60)]
 
 PATH = "/v1/chat/completions"
 

@@ -9,7 +9,7 @@ import pytest
 from prober.emulator import Emulator, Scenario
 from tests.support.emulator import RawConnection, anthropic_body, raw_request, run, running
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(60)]
 
 
 def test_a_client_that_leaves_mid_stream_frees_its_slot() -> None:

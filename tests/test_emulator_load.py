@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.emulator import anthropic_body, openai_body, raw_request, run, timing_sensitive
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(120)]
 
 REPO = Path(__file__).resolve().parents[1]
 STREAMS = 512

@@ -7,6 +7,8 @@ import pytest
 from prober.emulator import Faults, Scenario, load_scenario
 from prober.errors import ConfigError
 
+pytestmark = pytest.mark.unit
+
 
 def test_defaults() -> None:
     scenario = load_scenario(None)

@@ -12,7 +12,7 @@ from prober.emulator.tokenizer import count_tokens
 from tests.support.emulator import (RawConnection, anthropic_body, openai_body, raw_request, run, running,
                                     timing_sensitive)
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(60)]
 
 
 def _first_content_ns(response, marker: bytes) -> int:

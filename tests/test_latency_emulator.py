@@ -11,6 +11,8 @@ from store import Store
 from tests.support.emulated import emulator_process, ground_truth
 from tests.support.emulator import timing_sensitive
 
+pytestmark = pytest.mark.emulator
+
 SLOTS = 8
 LEVELS = [1, 2, 4, 8, 16, 32, 64]
 

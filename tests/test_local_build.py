@@ -17,6 +17,8 @@ import pytest
 from prober import local, local_build
 from tests.support.cli import prober
 
+pytestmark = pytest.mark.unit
+
 # A stand-in for a binary built for CPU features the kernel does not allow: it dies of SIGILL the
 # way the AMX build did (`trap invalid opcode`), before it listens.
 DIES_OF_SIGILL = "#!/bin/sh\nkill -ILL $$\n"

@@ -15,6 +15,8 @@ from store import Store
 from tests.support.cli import prober
 from tests.support.history import add_run
 
+pytestmark = pytest.mark.unit
+
 
 def rule(**fields) -> SloRule:
     return SloRule.model_validate({"name": "r", "metric": "ttft_p50_ms", "threshold": 800, **fields})

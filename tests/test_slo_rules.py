@@ -11,6 +11,8 @@ from probes.base import MetricCollector, all_metric_names, get_probe, probe_name
 from reports.slo_rules import check_rules_known, rule_states, slo_line
 from tests.support.cli import prober
 
+pytestmark = pytest.mark.unit
+
 
 def rule(**fields) -> SloRule:
     return SloRule.model_validate({"name": "r", "metric": "ttft_p50_ms", "threshold": 800, **fields})

@@ -95,6 +95,7 @@ def test_store_close_closes_forgotten_writers(store_url):
         assert len(reopened.samples("r1")) == 20
 
 
+@pytest.mark.unit
 def test_a_locked_sqlite_database_is_waited_for_not_lost(tmp_path):
     url = f"sqlite:///{tmp_path / 'prober.db'}"
     with Store.open(url, sqlite_busy_timeout=0.05) as opened:   # the busy timeout alone will not do

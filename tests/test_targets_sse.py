@@ -7,6 +7,8 @@ import pytest
 from prober.targets.sse import SSEParser
 from tests.test_transport_support import WIRE_SAMPLES
 
+pytestmark = pytest.mark.unit
+
 
 def parse(*chunks: bytes) -> list[tuple[str | None, str]]:
     parser = SSEParser()

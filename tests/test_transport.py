@@ -20,7 +20,7 @@ from tests.test_transport_support import (
     sse_head,
 )
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(30)]
 
 
 def run(coro):

@@ -15,7 +15,7 @@ from prober.targets import make_adapter
 from prober.targets.conformance import check_exchange
 from tests.test_transport_support import LAST_CHUNK, ScriptedServer, chunk, sse_head
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(120)]
 
 FIRST_DELAY = 0.05
 EVENTS = 10

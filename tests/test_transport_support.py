@@ -13,6 +13,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+import pytest
+
+pytestmark = pytest.mark.emulator
 
 DATA = Path(__file__).parent / "data"
 WIRE_SAMPLES = Path("/work/shared/reference/wire-samples")
