@@ -128,7 +128,7 @@ def test_no_proxy_bypasses_the_proxy(proxy, monkeypatch):
     assert f"127.0.0.1:{server.port}" not in proxy.log_text()
 
 
-@pytest.mark.infra
+@pytest.mark.emulator
 def test_proxy_refusing_connect_is_a_connection_error_naming_the_proxy(tmp_path, monkeypatch):
     async def refuse(request, writer, server):
         writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
@@ -179,7 +179,7 @@ def test_proxy_for_follows_the_sdks(environ, origin, expected):
     assert proxy_for(origin, environ) == expected
 
 
-@pytest.mark.infra
+@pytest.mark.unit
 def test_unusable_proxy_scheme_fails_each_request_with_its_reason(monkeypatch):
     monkeypatch.setenv("HTTPS_PROXY", "socks5://127.0.0.1:1080")
     with pytest.raises(ValueError, match="http:// only"):
