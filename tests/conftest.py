@@ -11,7 +11,9 @@ Every test carries exactly one tier marker (registered in pyproject.toml):
 
 from __future__ import annotations
 
+import os
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -41,14 +43,23 @@ class UnitTestOpenedSocket(Exception):
     """Not an OSError, so that code under test which handles connection errors cannot absorb it."""
 
 
+NO_SOCKETS_SITE = Path(__file__).parent / "support" / "no_sockets"
+
+
 @pytest.fixture(autouse=True)
-def _unit_tests_open_no_sockets(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
-    """A `unit` test that connects or binds a socket (loopback too) fails, so the marker cannot lie.
-    The attempt is also remembered and failed on teardown, in case the code under test swallows it."""
+def _unit_tests_open_no_sockets(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+                                tmp_path_factory: pytest.TempPathFactory):
+    """A `unit` test that connects or binds a socket (loopback too) fails, so the marker cannot lie;
+    so do Python child processes it starts (a `prober run` against the emulator, say), through
+    tests/support/no_sockets/sitecustomize.py. Every attempt is also remembered and failed on
+    teardown, in case the code under test swallows the error."""
     if request.node.get_closest_marker("unit") is None:
         yield
         return
     attempts: list[str] = []
+    child_log = tmp_path_factory.mktemp("sockets") / "attempts.log"
+    monkeypatch.setenv("PROBER_TESTS_SOCKET_LOG", str(child_log))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(NO_SOCKETS_SITE), os.environ.get("PYTHONPATH")])))
 
     def refuse(operation: str):
         def refused(sock: socket.socket, address, *args, **kwargs):
@@ -60,8 +71,11 @@ def _unit_tests_open_no_sockets(request: pytest.FixtureRequest, monkeypatch: pyt
     for operation in ("connect", "connect_ex", "bind"):
         monkeypatch.setattr(socket.socket, operation, refuse(operation))
     yield
+    if child_log.exists():
+        attempts += child_log.read_text(encoding="utf-8").splitlines()
     if attempts:
-        pytest.fail(f"unit test opened sockets: {'; '.join(attempts)}", pytrace=False)
+        pytest.fail(f"unit test opened sockets (mark it `emulator`, `real` or `infra`): {'; '.join(attempts)}",
+                    pytrace=False)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
