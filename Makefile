@@ -2,13 +2,14 @@
 #   make demo   install, start the local llama-server, run the nightly suite (every suite, demo-sized)
 #               against it, write the HTML report and print its path
 #   make test   install everything the tests need (PostgreSQL, llama-server, the model) and run them
+#   make test-fast  the edit-test loop: the `unit` and `emulator` tiers, needing nothing but `make install`
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 PROBER := $(VENV)/bin/prober
 export PROBER_CACHE_DIR ?= $(HOME)/.cache/prober
 
-.PHONY: install system-deps local-endpoint demo test bench clean
+.PHONY: install system-deps local-endpoint demo test test-fast bench clean
 
 install: $(VENV)/.installed
 
@@ -38,6 +39,10 @@ demo: local-endpoint
 
 test: system-deps local-endpoint
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# No apt, no llama-server build, no PostgreSQL: tests/conftest.py describes the tiers.
+test-fast: install
+	$(PY) -m pytest -q -p no:cacheprovider -m "unit or emulator"
 
 bench: install
 	$(PY) bench/ttft_overhead.py
