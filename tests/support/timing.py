@@ -88,7 +88,7 @@ def assert_on_time(lateness_ms: list[float], reference: Lateness, what: str) -> 
     print(f"{what}: late by {measured}; bare reference: {reference}")
     assert (measured.median_ms <= MEDIAN_RATIO * reference.median_ms
             and measured.worst_ms <= WORST_RATIO * reference.worst_ms), (
-        f"{what} late by {measured}; a bare asyncio stream here just before: {reference} "
+        f"{what} late by {measured}; a bare asyncio stream measured in this test: {reference} "
         f"(allowed: {MEDIAN_RATIO}x its median, {WORST_RATIO}x its worst)")
 
 
