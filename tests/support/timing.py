@@ -56,6 +56,7 @@ def retry_summary_lines() -> list[str]:
 # the emulator's median lateness was 1.3 to 9.4 times the reference's, its worst 0.8 to 2.0 times.
 MEDIAN_RATIO = 10
 WORST_RATIO = 4
+MEDIAN_OF = 4
 
 
 @dataclass(frozen=True)
@@ -82,12 +83,13 @@ class Reference:
 
 
 def assert_on_time(lateness_ms: list[float], reference: Lateness, what: str) -> None:
-    """`what` was late by no more than MEDIAN_RATIO times the reference's median, and at worst by
-    no more than WORST_RATIO times the reference's worst."""
+    """`what` was late by no more than MEDIAN_RATIO times the reference's median (a median of at
+    least MEDIAN_OF events: one event's lateness is a draw, not a median), and at worst by no more
+    than WORST_RATIO times the reference's worst."""
     measured = Lateness.of(lateness_ms)
     print(f"{what}: late by {measured}; bare reference: {reference}")
-    assert (measured.median_ms <= MEDIAN_RATIO * reference.median_ms
-            and measured.worst_ms <= WORST_RATIO * reference.worst_ms), (
+    median_holds = measured.count < MEDIAN_OF or measured.median_ms <= MEDIAN_RATIO * reference.median_ms
+    assert median_holds and measured.worst_ms <= WORST_RATIO * reference.worst_ms, (
         f"{what} late by {measured}; a bare asyncio stream measured in this test: {reference} "
         f"(allowed: {MEDIAN_RATIO}x its median, {WORST_RATIO}x its worst)")
 
