@@ -1,9 +1,9 @@
 """Timing tests: one visible retry, and the reference a timing bound is measured against.
 
 The 2-core machine is shared with the client under test and with whatever else runs, so a timing
-bound is not a fixed number of milliseconds fitted to one machine: each test first measures how
-late a bare asyncio timer (no emulator, no HTTP) runs on this machine right now, and bounds the
-emulator's lateness by a multiple of that.
+bound is not a fixed number of milliseconds fitted to one machine: each test also measures how late
+a bare asyncio stream (BareServer: a sleep and a write, none of the emulator) runs on this machine
+now, just before or at the same moment, and bounds the emulator's lateness by a multiple of that.
 """
 
 from __future__ import annotations
