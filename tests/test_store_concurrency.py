@@ -7,8 +7,6 @@ import os
 import signal
 import time
 
-import pytest
-
 from store import Store
 from tests.support.postgres import postgres_url  # noqa: F401
 from tests.test_store_roundtrip import make_run, make_sample, store_url  # noqa: F401
