@@ -2,13 +2,14 @@
 #   make demo   install, start the local llama-server, run the nightly suite (every suite, demo-sized)
 #               against it, write the HTML report and print its path
 #   make test   install everything the tests need (PostgreSQL, llama-server, the model) and run them
+#   make test-fast  the edit-test loop: the `unit` and `emulator` tiers, needing nothing but `make install`
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 PROBER := $(VENV)/bin/prober
 export PROBER_CACHE_DIR ?= $(HOME)/.cache/prober
 
-.PHONY: install lock system-deps local-endpoint demo test lint typecheck bench clean
+.PHONY: install lock system-deps local-endpoint demo test test-fast lint typecheck bench clean
 
 # The versions CI tests with: requirements/ci.lock pins prober[test] for Python 3.11 on linux x86-64
 # (with hashes), so a run resolves nothing fresh; the project itself goes in on top, without deps.
@@ -52,6 +53,10 @@ demo: local-endpoint
 
 test: system-deps local-endpoint
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# No apt, no llama-server build, no PostgreSQL: tests/conftest.py describes the tiers.
+test-fast: install
+	$(PY) -m pytest -q -p no:cacheprovider -m "unit or emulator"
 
 # The gates .ci/run passes before the tests: ruff's rule set and mypy's strict mode, both configured
 # in pyproject.toml (where the excluded rules say why). They need only the test extra.

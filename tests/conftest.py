@@ -1,6 +1,87 @@
-"""Shared fixtures. Infrastructure fixtures live in tests/support/ and are imported here so that
-every test module can use them by name."""
+"""Shared fixtures and the test tiers. Infrastructure fixtures live in tests/support/ and are
+imported here so that every test module can use them by name.
+
+Every test carries exactly one tier marker (registered in pyproject.toml):
+  unit      no sockets at all, loopback included (enforced below)
+  emulator  talks to the in-repo emulator or other servers the test starts in Python
+  real      talks to a llama-server from the shared cache
+  infra     needs a system service: PostgreSQL, Alertmanager, Chromium, the forward proxy
+`make test-fast` runs `unit or emulator`; `make test` runs all four.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
 
 from tests.support.alertmanager import alertmanager_url  # noqa: F401
 from tests.support.llama import llama_servers  # noqa: F401
 from tests.support.postgres import postgres_url  # noqa: F401
+from tests.support.timing import retry_summary_lines
+
+TIERS = ("unit", "emulator", "real", "infra")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test without a tier (or with two) would silently fall out of `make test-fast` or run in
+    the wrong one: refuse to run until each test says which it is."""
+    wrong = []
+    for item in items:
+        tiers = sorted({marker.name for marker in item.iter_markers() if marker.name in TIERS})
+        if len(tiers) != 1:
+            wrong.append(f"  {item.nodeid}: {', '.join(tiers) or 'no tier marker'}")
+    if wrong:
+        raise pytest.UsageError(
+            f"every test needs exactly one tier marker of {', '.join(TIERS)} (see tests/conftest.py); "
+            f"{len(wrong)} do not:\n" + "\n".join(wrong))
+
+
+class UnitTestOpenedSocket(Exception):
+    """Not an OSError, so that code under test which handles connection errors cannot absorb it."""
+
+
+NO_SOCKETS_SITE = Path(__file__).parent / "support" / "no_sockets"
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_open_no_sockets(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+                                tmp_path_factory: pytest.TempPathFactory):
+    """A `unit` test that connects or binds a socket (loopback too) fails, so the marker cannot lie;
+    so do Python child processes it starts (a `prober run` against the emulator, say), through
+    tests/support/no_sockets/sitecustomize.py. Every attempt is also remembered and failed on
+    teardown, in case the code under test swallows the error."""
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    attempts: list[str] = []
+    child_log = tmp_path_factory.mktemp("sockets") / "attempts.log"
+    monkeypatch.setenv("PROBER_TESTS_SOCKET_LOG", str(child_log))
+    python_path = [str(NO_SOCKETS_SITE), os.environ.get("PYTHONPATH")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, python_path)))
+
+    def refuse(operation: str):
+        def refused(sock: socket.socket, address, *args, **kwargs):
+            attempts.append(f"{operation} {address!r}")
+            raise UnitTestOpenedSocket(f"a unit test may not {operation} a socket ({address!r}): "
+                                       "mark it `emulator`, `real` or `infra`")
+        return refused
+
+    for operation in ("connect", "connect_ex", "bind"):
+        monkeypatch.setattr(socket.socket, operation, refuse(operation))
+    yield
+    if child_log.exists():
+        attempts += child_log.read_text(encoding="utf-8").splitlines()
+    if attempts:
+        pytest.fail(f"unit test opened sockets (mark it `emulator`, `real` or `infra`): {'; '.join(attempts)}",
+                    pytrace=False)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    lines = retry_summary_lines()
+    if lines:
+        terminalreporter.section("timing tests retried", sep="=", yellow=True, bold=True)
+        for line in lines:
+            terminalreporter.line(line)

@@ -36,6 +36,9 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
+# The webhook and Slack receivers are sockets, so the SQLite case is not a unit test here.
+@pytest.mark.parametrize("store_url", [pytest.param("sqlite", marks=pytest.mark.emulator),
+                                       pytest.param("postgresql", marks=pytest.mark.infra)], indirect=True)
 def test_one_event_per_state_change_and_a_delivery_row_per_sink(store_url, monkeypatch):
     monkeypatch.setenv("ALERT_TEST_SECRET", SECRET)
     with Receiver() as hook, Receiver() as slack, Store.open(store_url) as store:
@@ -58,6 +61,7 @@ def test_one_event_per_state_change_and_a_delivery_row_per_sink(store_url, monke
     assert resolved["resolved_at"] is not None and resolved["value"] == 0.0
 
 
+@pytest.mark.emulator
 @pytest.mark.parametrize("outage", ["http_503", "connection_refused"])
 def test_the_outbox_delivers_after_the_sink_comes_back_exactly_once_and_in_order(tmp_path, monkeypatch, outage):
     monkeypatch.setenv("ALERT_TEST_SECRET", SECRET)
@@ -86,6 +90,7 @@ def test_the_outbox_delivers_after_the_sink_comes_back_exactly_once_and_in_order
             TIMESTAMP_HEADER.lower()], request.body)
 
 
+@pytest.mark.emulator
 def test_the_secret_never_reaches_the_database(tmp_path, monkeypatch):
     monkeypatch.setenv("ALERT_TEST_SECRET", SECRET)
     path = tmp_path / "p.db"
@@ -98,6 +103,7 @@ def test_the_secret_never_reaches_the_database(tmp_path, monkeypatch):
     assert SECRET not in config.model_dump_json()
 
 
+@pytest.mark.unit
 def test_an_unset_secret_or_url_variable_is_a_config_error(monkeypatch):
     from prober.core.errors import ConfigError
 
@@ -108,6 +114,7 @@ def test_an_unset_secret_or_url_variable_is_a_config_error(monkeypatch):
         make_sinks(config_for({"kind": "slack", "url_env": "ALERT_TEST_SLACK"}))
 
 
+@pytest.mark.unit
 def test_state_machine_pending_is_not_a_notification():
     from prober.alerting.alerts import Observation
 
@@ -126,6 +133,7 @@ def test_state_machine_pending_is_not_a_notification():
     assert (row["state"], event, row["fired_at"]) == ("firing", "firing", now)
 
 
+@pytest.mark.infra
 @pytest.mark.timeout(120)
 def test_a_still_firing_alert_is_renewed_in_alertmanager_without_a_new_event(tmp_path, alertmanager_url):
     import datetime as dt
@@ -152,6 +160,7 @@ def test_a_still_firing_alert_is_renewed_in_alertmanager_without_a_new_event(tmp
     assert ours() == []                                                       # resolved: closed
 
 
+@pytest.mark.emulator
 def test_two_stores_send_different_event_ids_for_their_first_event(tmp_path, monkeypatch):
     """A drill's store and production's both have an event 1; a receiver that drops duplicates by
     X-Prober-Event (as the README advises) must still get both."""

@@ -27,6 +27,8 @@ from prober.core.config import DriftConfig, ProberConfig
 from store import Store
 from tests.support.history import add_run, share
 
+pytestmark = pytest.mark.unit
+
 NIGHTS = 400
 
 

@@ -15,6 +15,7 @@ from tests.support.receiver import Receiver
 SECRET = "drill-secret-5d2a"
 
 
+@pytest.mark.infra
 @pytest.mark.timeout(300)
 def test_drill_delivers_the_alert_to_every_configured_sink(tmp_path, alertmanager_url):
     with Receiver() as hook, Receiver() as slack:
@@ -51,6 +52,7 @@ def test_drill_delivers_the_alert_to_every_configured_sink(tmp_path, alertmanage
     assert all(a["status"]["state"] == "active" for a in shown)
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(300)
 def test_drill_without_sinks_shows_the_alert_it_would_send(tmp_path):
     done = prober("drill", "--healthy-runs", "3", cwd=tmp_path, timeout=280)
@@ -60,6 +62,7 @@ def test_drill_without_sinks_shows_the_alert_it_would_send(tmp_path):
     assert not list(tmp_path.iterdir())          # the drill's store was temporary
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(300)
 def test_a_failed_delivery_says_the_drill_store_is_temporary(tmp_path):
     with Receiver() as hook:

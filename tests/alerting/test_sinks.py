@@ -37,6 +37,7 @@ def sink(monkeypatch, **fields):
     return make_sink(SinkConfig.model_validate(fields), "prober.toml")
 
 
+@pytest.mark.emulator
 def test_webhook_payload_and_hmac_signature_as_a_receiver_checks_them(monkeypatch):
     with Receiver() as receiver:
         sink(monkeypatch, kind="webhook", url=receiver.url + "/hooks/prober",
@@ -59,6 +60,7 @@ def test_webhook_payload_and_hmac_signature_as_a_receiver_checks_them(monkeypatc
     assert SECRET not in request.body.decode() and SECRET not in json.dumps(dict(request.headers))
 
 
+@pytest.mark.emulator
 def test_slack_payload_escapes_control_characters(monkeypatch):
     with Receiver() as receiver:
         hostile = event(summary="model said <script>alert(1)</script> & left")
@@ -71,6 +73,7 @@ def test_slack_payload_escapes_control_characters(monkeypatch):
     assert resolved["text"].startswith(":white_check_mark: [RESOLVED]")
 
 
+@pytest.mark.emulator
 def test_a_receiver_answering_non_2xx_is_a_delivery_error(monkeypatch):
     with Receiver() as receiver:
         receiver.status = 500
@@ -78,6 +81,7 @@ def test_a_receiver_answering_non_2xx_is_a_delivery_error(monkeypatch):
             sink(monkeypatch, kind="slack", url=receiver.url).send(event())
 
 
+@pytest.mark.unit
 def test_sink_config_errors():
     for fields, message in [({"kind": "webhook", "url": "http://x"}, "needs secret_env"),
                             ({"kind": "slack", "url": "http://x", "url_env": "U"}, "exactly one of url and url_env"),
@@ -94,6 +98,7 @@ def _ours(alertmanager_url: str, key_label: str) -> list[dict]:
     return [a for a in current_alerts(alertmanager_url) if a["labels"].get("target") == key_label]
 
 
+@pytest.mark.infra
 @pytest.mark.timeout(120)
 def test_alertmanager_shows_the_alert_and_closes_it_on_resolve(monkeypatch, alertmanager_url):
     manager = sink(monkeypatch, kind="alertmanager", url=alertmanager_url)

@@ -24,6 +24,7 @@ METRIC = {"name": "ttft_p50_ms", "target": "prod", "probe": "latency", "labels":
 RUN = {"id": "r1", "suite": "nightly"}
 
 
+@pytest.mark.unit
 def test_rule_matches_name_target_suite_or_probe_and_label_subset():
     assert rule_matches(rule(), METRIC, RUN)
     assert rule_matches(rule(labels={"concurrency": 16}, target="prod"), METRIC, RUN)
@@ -41,10 +42,12 @@ def test_rule_matches_name_target_suite_or_probe_and_label_subset():
     ("<=", 800, False), ("<=", 800.1, True), ("<", 800, True), ("<", 799, False),
     (">=", 800, False), (">=", 799, True), (">", 800, True), (">", 801, False),
 ])
+@pytest.mark.unit
 def test_rule_states_the_healthy_condition_and_breaks_when_it_is_false(comparator, value, breaks):
     assert rule_breaks(rule(comparator=comparator), value) is breaks
 
 
+@pytest.mark.unit
 def test_a_missing_value_breaks_nothing():
     assert rule_breaks(rule(), None) is False
     assert rule_breaks(rule(), float("nan")) is False
@@ -63,6 +66,7 @@ def _states(store: Store, config: ProberConfig, values: list[float]) -> list[tup
     return seen
 
 
+@pytest.mark.unit
 def test_for_debouncing_fires_on_the_third_breaking_run_and_resolves_on_recovery(tmp_path):
     config = ProberConfig.model_validate({"slo": [{"name": "ttft16", "metric": "ttft_p50_ms", "threshold": 800,
                                                    "labels": {"concurrency": 16}, "for": 3, "severity": "critical"}],
@@ -78,6 +82,7 @@ def test_for_debouncing_fires_on_the_third_breaking_run_and_resolves_on_recovery
     ]
 
 
+@pytest.mark.unit
 def test_for_one_fires_at_once_and_refires_after_resolving(tmp_path):
     config = ProberConfig.model_validate({"slo": [{"name": "ttft16", "metric": "ttft_p50_ms", "threshold": 800}],
                                           "drift": {"enabled": False}})
@@ -86,6 +91,7 @@ def test_for_one_fires_at_once_and_refires_after_resolving(tmp_path):
     assert seen == [("firing", ["firing"]), ("resolved", ["resolved"]), ("firing", ["firing"])]
 
 
+@pytest.mark.unit
 def test_a_flagged_metric_is_never_judged(tmp_path):
     # p99 of 32 requests: its interval is unbounded, so a rule on it neither breaks nor holds.
     config = ProberConfig.model_validate({"slo": [{"name": "p99", "metric": "ttft_p99_ms", "threshold": 800}],
@@ -98,6 +104,7 @@ def test_a_flagged_metric_is_never_judged(tmp_path):
         assert evaluate_run(store, config, judged["id"]).firing
 
 
+@pytest.mark.unit
 def test_slo_config_from_toml_and_its_errors(tmp_path):
     path = tmp_path / "prober.toml"
     path.write_text(textwrap.dedent("""
@@ -126,6 +133,7 @@ def test_slo_config_from_toml_and_its_errors(tmp_path):
         load_config(path)
 
 
+@pytest.mark.unit
 def test_init_writes_a_rule_for_every_built_in_suite(tmp_path):
     done = prober("init", "--path", str(tmp_path / "prober.toml"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -136,6 +144,7 @@ def test_init_writes_a_rule_for_every_built_in_suite(tmp_path):
     assert all(f'# kind = "{kind}"' in text for kind in ("webhook", "slack", "alertmanager"))
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(300)
 def test_prober_run_exits_1_when_an_slo_fires_and_0_when_it_holds(tmp_path):
     base = textwrap.dedent(f"""

@@ -12,6 +12,8 @@ from prober.core.probe_registry import all_metric_names, get_probe
 from probes.base import MetricCollector
 from tests.support.cli import prober
 
+pytestmark = pytest.mark.unit
+
 
 def rule(**fields) -> SloRule:
     return SloRule.model_validate({"name": "r", "metric": "ttft_p50_ms", "threshold": 800, **fields})

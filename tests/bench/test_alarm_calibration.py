@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import alarm_calibration as bench
 
+pytestmark = pytest.mark.unit
+
 QUIET_NIGHTS = 270          # three budget periods of 90 nights
 HISTORIES = 40
 

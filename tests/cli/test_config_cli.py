@@ -6,6 +6,8 @@ from prober.core.config import default_config, load_config
 from prober.core.errors import ConfigError
 from tests.support.cli import prober
 
+pytestmark = pytest.mark.unit
+
 GOOD_TARGET = '[targets.a]\nprotocol = "openai"\nbase_url = "http://127.0.0.1:9"\nmodel = "m"\n'
 
 

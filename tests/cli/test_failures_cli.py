@@ -19,6 +19,8 @@ from store import Store
 from tests.support.cli import prober, wait_for_samples
 from tests.support.emulated import emulator_process, ground_truth
 
+pytestmark = pytest.mark.emulator
+
 FAST = "first_token_delay_ms = 1\ndecode_tokens_per_s = 5000\noutput_tokens = 60\nslots = 16\n"
 SLOW = "first_token_delay_ms = 5\ndecode_tokens_per_s = 100\noutput_tokens = 10\nslots = 4\n"
 

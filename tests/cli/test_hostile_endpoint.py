@@ -25,6 +25,8 @@ from store import Store
 from tests.support.cli import prober
 from tests.support.hostile import FORMULA, HostileServer
 
+pytestmark = pytest.mark.emulator
+
 # Random per test session, so that no fixed string anywhere in the tree can match by accident.
 CANARIES = {
     "OPENAI_CANARY_KEY": f"sk-canary-openai-{secrets.token_hex(16)}",

@@ -9,6 +9,8 @@ import pytest
 
 from prober.core import stats
 
+pytestmark = pytest.mark.unit
+
 
 def _brute_force_trend_p(successes, totals, scores, alternative):
     """The permutation p-value by enumerating every table with the observed margins."""

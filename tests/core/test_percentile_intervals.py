@@ -13,6 +13,8 @@ from scipy.stats import lognorm, quantile_test
 from prober.core import stats
 from probes.latency import LatencyParams, LatencyProbe
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("n", [1, 5, 6, 12, 32, 40, 100, 367, 368, 400])
 @pytest.mark.parametrize("q", [1, 10, 50, 90, 99])

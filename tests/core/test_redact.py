@@ -14,6 +14,8 @@ from prober.core.errors import ConfigError
 from prober.core.redact import MASK, MIN_SECRET_CHARS, Redactor, is_credential_header
 from tests.support.cli import prober
 
+pytestmark = pytest.mark.unit
+
 KEY = "sk-proj-Abc123/Def+456=xyz\"q"
 
 

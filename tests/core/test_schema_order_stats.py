@@ -11,6 +11,8 @@ from statsmodels.stats.contingency_tables import mcnemar as statsmodels_mcnemar
 
 from prober.core import stats
 
+pytestmark = pytest.mark.unit
+
 # (a_only, b_only): all concordant, tiny, one-sided, balanced, moderate and large tables.
 TABLES = [(0, 0), (0, 1), (1, 0), (1, 1), (0, 3), (1, 4), (5, 0), (0, 5), (2, 2), (3, 7), (10, 3),
           (12, 12), (25, 40), (100, 130), (0, 60)]

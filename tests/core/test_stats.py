@@ -4,6 +4,8 @@ import pytest
 
 from prober.core import stats
 
+pytestmark = pytest.mark.unit
+
 
 def test_percentile_interpolates_between_ranks():
     data = [10, 20, 30, 40]

@@ -15,7 +15,7 @@ from prober.emulator import Scenario, load_scenario
 from prober.emulator.tokenizer import count_tokens
 from tests.support.emulator import ManualClock, RawConnection, cache_on_clock, raw_request, run, running
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(60)]
 
 FAST_SETTINGS = {"first_token_delay_ms": 1, "decode_tokens_per_s": 5000, "output_tokens": 3}
 FAST = Scenario(**FAST_SETTINGS)

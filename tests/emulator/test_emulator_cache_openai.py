@@ -14,7 +14,7 @@ from prober.emulator import Scenario
 from tests.emulator.test_emulator_cache import FAST_SETTINGS, fast, words
 from tests.support.emulator import ManualClock, RawConnection, cache_on_clock, raw_request, run, running
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(60)]
 
 PATH = "/v1/chat/completions"
 

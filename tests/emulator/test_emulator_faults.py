@@ -10,17 +10,10 @@ import openai
 import pytest
 
 from prober.emulator import Faults, Scenario
-from tests.support.emulator import (
-    RawConnection,
-    anthropic_body,
-    openai_body,
-    raw_request,
-    run,
-    running,
-    timing_sensitive,
-)
+from tests.support.emulator import RawConnection, anthropic_body, openai_body, raw_request, run, running
+from tests.support.timing import assert_on_time, reference_lateness, timing_sensitive
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(60)]
 
 
 def _with(**faults) -> Scenario:
@@ -197,13 +190,17 @@ def _parses(data: str) -> bool:
 @timing_sensitive
 def test_stall_pauses_the_stream_then_finishes_it() -> None:
     scenario = _with(stall=1.0, after_tokens=2, stall_s=0.3)
+    reference = run(reference_lateness(0.001, 8))
     response, truth = run(_raw(scenario, "/v1/messages", anthropic_body()))
     assert response.complete
     arrivals = [ns for ns, payload in response.chunks if b"content_block_delta" in payload]
     assert len(arrivals) == 8
     gaps_ms = [(b - a) / 1e6 for a, b in itertools.pairwise(arrivals)]
-    assert 300 <= gaps_ms[1] < 310           # between the 2nd and 3rd token
-    assert max(gaps_ms[:1] + gaps_ms[2:]) < 5
+    # between the 2nd and 3rd token; a late 2nd token (as late as a bare stream's byte) shortens it
+    assert gaps_ms[1] >= 300 - reference.client.worst_ms, (gaps_ms[1], reference.client)
+    # the stall, then the other gaps at the decode rate (1 ms), each as late as a bare stream's byte
+    off_ms = [gaps_ms[1] - 300] + [abs(gap - 1) for gap in gaps_ms[:1] + gaps_ms[2:]]
+    assert_on_time(off_ms, reference.client, "the stall and the decode gaps around it")
     assert truth[0]["fault"] == "stall" and truth[0]["tokens_sent"] == 8
 
 
@@ -254,6 +251,8 @@ def test_sdks_raise_on_mid_stream_errors() -> None:
 def test_non_streaming_malformed_and_stalled_bodies() -> None:
     malformed, _ = run(_raw(_with(malformed_sse=1.0), "/v1/messages", anthropic_body(stream=False)))
     assert malformed.status == 200 and malformed.complete and not _parses(malformed.body.decode())
+    reference = run(reference_lateness(0.2, 8))
     stalled, truth = run(_raw(_with(stall=1.0, stall_s=0.2), "/v1/messages", anthropic_body(stream=False)))
     assert stalled.json()["type"] == "message"
-    assert 200 <= truth[0]["ttft_ms"] - truth[0]["scheduled_ttft_ms"] < 205
+    assert truth[0]["ttft_ms"] - truth[0]["scheduled_ttft_ms"] >= 200
+    assert_on_time([truth[0]["ttft_ms"] - truth[0]["scheduled_ttft_ms"] - 200], reference.server, "the stalled body")

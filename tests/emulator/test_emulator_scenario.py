@@ -7,6 +7,8 @@ import pytest
 from prober.core.errors import ConfigError
 from prober.emulator import Faults, Scenario, load_scenario
 
+pytestmark = pytest.mark.unit
+
 
 def test_defaults() -> None:
     scenario = load_scenario(None)

@@ -10,7 +10,7 @@ from prober.emulator import Scenario
 from prober.emulator.tokenizer import count_tokens
 from tests.support.emulator import run, running
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(60)]
 
 FAST = Scenario(first_token_delay_ms=5, decode_tokens_per_s=2000, output_tokens=12, system_fingerprint="fp_test")
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris today?"}]

@@ -18,7 +18,7 @@ from prober.emulator.behaviours import base_behaviours
 from prober.targets import make_adapter
 from tests.support.emulator import run, running
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(60)]
 
 FAST = Scenario(first_token_delay_ms=5, decode_tokens_per_s=2000)
 ANSWER = ['{"label', '": "bug', '", "confidence', '": 0.9}']

@@ -18,7 +18,7 @@ from tests.support.emulator import (
     wire_samples_dir,
 )
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(60)]
 
 SAMPLES = wire_samples_dir()
 FAST = Scenario(first_token_delay_ms=2, decode_tokens_per_s=5000, output_tokens=5)

@@ -28,6 +28,7 @@ def _script(path: Path, text: str) -> Path:
     return path
 
 
+@pytest.mark.unit
 def test_other_flags_never_reuse_a_cached_build(tmp_path, monkeypatch):
     monkeypatch.delenv("PROBER_LLAMA_CMAKE_ARGS", raising=False)
     default = local_build.cmake_flags()
@@ -48,12 +49,14 @@ def test_other_flags_never_reuse_a_cached_build(tmp_path, monkeypatch):
     assert local_build.cached_binary(tmp_path, other) is None
 
 
+@pytest.mark.emulator
 def test_smoke_test_names_the_signal(tmp_path):
     binary = _script(tmp_path / "llama-server", DIES_OF_SIGILL)
     failure = local_build.smoke_test(binary, tmp_path / "model.gguf", timeout=20)
     assert failure is not None and "SIGILL" in failure and "illegal instruction" in failure
 
 
+@pytest.mark.emulator
 def test_binary_that_fails_its_smoke_test_is_never_cached(tmp_path, monkeypatch):
     monkeypatch.delenv("PROBER_LLAMA_CMAKE_ARGS", raising=False)
     staging = tmp_path / "staging"
@@ -70,6 +73,7 @@ def test_binary_that_fails_its_smoke_test_is_never_cached(tmp_path, monkeypatch)
     assert not staging.exists()   # the build tree is cleaned up either way
 
 
+@pytest.mark.emulator
 def test_start_reports_a_dying_binary_in_one_line(tmp_path):
     binary = _script(tmp_path / "llama-server", DIES_OF_SIGILL)
     model = tmp_path / "model.gguf"
@@ -84,6 +88,7 @@ def test_start_reports_a_dying_binary_in_one_line(tmp_path):
     assert "SIGILL" in lines[0] and "prober local install --rebuild" in lines[0]
 
 
+@pytest.mark.real
 def test_the_built_binary_is_portable_and_smoke_tested():
     """The binary `make test` built: recorded as smoke-tested with portable flags, and free of the
     AMX tile instructions that killed the native build on an AMX-advertising VM."""

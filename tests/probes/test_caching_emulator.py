@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.emulated import run_suite_on_emulator
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(180)]
 
 # Fast enough to keep each test to seconds, with prefill slow enough that a hit's TTFT is visibly
 # lower than a cold request's (1,500 tokens: 75 ms cold).

@@ -22,6 +22,8 @@ from probes.caching import (
     usage_problems,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def anthropic(input_tokens, read=None, creation=None, **labels):
     usage = {"input_tokens": input_tokens, "output_tokens": 4}

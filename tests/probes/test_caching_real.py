@@ -20,7 +20,7 @@ from prober.runner import Runner
 from store import Store
 from tests.support.cli import prober
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.real, pytest.mark.timeout(900)]
 
 # Output is not what this suite measures: two tokens keep decoding (slow when the 2 cores are shared)
 # out of the way.

@@ -15,6 +15,8 @@ from probes.divergence import DivergenceParams
 from store.rows import output_fields
 from tests.support.emulated import run_suite_on_emulator
 
+pytestmark = pytest.mark.emulator
+
 LEVELS = [1, 4, 16, 64]
 
 

@@ -16,6 +16,8 @@ from probes.divergence import (
 from store.rows import output_fields
 from suites.loader import load_suite
 
+pytestmark = pytest.mark.unit
+
 PROBE = get_probe("divergence")
 
 

@@ -9,7 +9,11 @@ Started with `-np 8` (one KV region per slot) it stays deterministic at 1 and at
 
 import json
 
+import pytest
+
 from tests.support.cli import run_suite_on_local
+
+pytestmark = pytest.mark.real
 
 # The two shipped prompts with the most near-ties for this model: at concurrency 4, 19 and 12
 # distinct outputs of 24 here ("list" gave 4).

@@ -17,6 +17,8 @@ from prober.core.probe_registry import get_probe
 from probes.divergence import DivergenceParams
 from store.rows import output_fields
 
+pytestmark = pytest.mark.unit
+
 PROBE = get_probe("divergence")
 PARAMS = DivergenceParams(prompts=["story"])          # the suite's defaults: levels 1, 4, 16, 64
 DISTRIBUTIONS = {"two": [0.5, 0.5], "four": [0.3, 0.3, 0.2, 0.2], "nine": [0.2] + [0.1] * 8}

@@ -2,9 +2,13 @@
 
 import json
 
+import pytest
+
 from store import Store
 from tests.support.cli import prober
 from tests.support.llama import free_port
+
+pytestmark = pytest.mark.real
 
 
 def test_local_start_then_latency_suite(tmp_path):

@@ -6,6 +6,8 @@ import pytest
 
 from probes.penalty_analysis import analyse_records, edit_distance
 
+pytestmark = pytest.mark.unit
+
 KEYS = ["user_id", "user_name", "user_email", "created_at", "is_active", "score"]
 OPTIONAL = ["score"]
 

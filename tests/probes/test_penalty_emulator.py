@@ -12,6 +12,8 @@ from probes.penalty import FIELD_NAMES, OPTIONAL_FIELDS, records_prompt, records
 from probes.penalty_analysis import analyse_records
 from tests.support.emulated import run_suite_on_emulator
 
+pytestmark = pytest.mark.emulator
+
 PIPELINE = Pipeline(base_behaviours(Scenario()))
 
 

@@ -23,6 +23,8 @@ from probes.penalty import (
 from store.rows import output_fields
 from suites.loader import load_suite
 
+pytestmark = pytest.mark.unit
+
 PROBE = get_probe("penalty")
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.cli import run_suite_on_local
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.real, pytest.mark.timeout(900)]
 
 STRONG = "penalties={frequency_penalty = [1.5], presence_penalty = [1.5], repetition_penalty = [1.5]}"
 

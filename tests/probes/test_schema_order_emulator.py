@@ -15,6 +15,8 @@ from prober.emulator.schema_order import item_outcomes
 from suites.datasets import SHIPPED_SCHEMA_ORDER, load_labelled_jsonl
 from tests.support.emulated import run_suite_on_emulator
 
+pytestmark = pytest.mark.emulator
+
 ITEMS = load_labelled_jsonl(SHIPPED_SCHEMA_ORDER)
 FAST = "first_token_delay_ms = 0\ndecode_tokens_per_s = 50000\nprefill_ms_per_token = 0\nslots = 16\n"
 

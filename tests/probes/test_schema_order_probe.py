@@ -15,6 +15,8 @@ from suites.datasets import SHIPPED_SCHEMA_ORDER, load_labelled_jsonl
 from suites.loader import load_suite
 from tests.support.cli import prober
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 

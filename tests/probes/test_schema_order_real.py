@@ -15,6 +15,8 @@ import pytest
 from prober.core import stats
 from tests.support.cli import run_suite_on_local
 
+pytestmark = pytest.mark.real
+
 ITEMS = 12
 VARIANTS = ('variants=[{name="answer_first", properties=["label", "confidence", "rationale"]}, '
             '{name="reasoning_first", properties=["evidence", "rationale", "label", "confidence"]}, '
@@ -30,7 +32,6 @@ def _keys(text):
         else None
 
 
-@pytest.mark.real
 @pytest.mark.timeout(900)
 def test_schema_order_suite_on_llama_server(tmp_path, llama_servers):
     server = llama_servers.get()

@@ -65,6 +65,7 @@ def _as_text(value) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
 
 
+@pytest.mark.emulator
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_tables_round_trip_through_pandas(export_store, fmt):
     tmp, store, latency_run = export_store
@@ -104,6 +105,7 @@ def test_tables_round_trip_through_pandas(export_store, fmt):
     assert set(read(out / "one" / f"metrics.{fmt}")["run_id"]) == {latency_run}
 
 
+@pytest.mark.infra
 def test_prometheus_textfile_passes_promtool(export_store):
     tmp, _store, _latency_run = export_store
     out = tmp / "textfile"
@@ -137,6 +139,7 @@ def test_prometheus_textfile_passes_promtool(export_store):
     assert subprocess.run(["promtool", "check", "metrics"], input=raw, capture_output=True, text=True).returncode != 0
 
 
+@pytest.mark.unit
 def test_prometheus_names():
     assert gauge_name("latency", "ttft_p50_ms", "ms") == ("prober_latency_ttft_p50_seconds", 0.001)
     assert gauge_name("caching", "waited_s", "s") == ("prober_caching_waited_seconds", 1.0)
@@ -147,6 +150,7 @@ def test_prometheus_names():
     assert exposition([]) == ""
 
 
+@pytest.mark.emulator
 def test_export_errors(export_store):
     tmp, _, _ = export_store
     bad = prober("export", "--format", "xlsx", cwd=tmp)

@@ -48,6 +48,7 @@ def _run_ids(stdout: str) -> list[str]:
     return re.findall(r"\brun-[abc]\b", stdout)
 
 
+@pytest.mark.unit
 def test_history_prints_oldest_first(history_dir):
     result = prober("history", "--metric", "ttft_p50_ms", "--target", "api", "--labels", "concurrency=16",
                     cwd=history_dir)
@@ -58,6 +59,7 @@ def test_history_prints_oldest_first(history_dir):
     assert "concurrency=1 " not in result.stdout and "other" not in result.stdout
 
 
+@pytest.mark.unit
 def test_history_filters(history_dir):
     by_suite = prober("history", "--metric", "ttft_p50_ms", "--suite", "nightly", "-t", "api", "-l", "concurrency=1",
                       cwd=history_dir)
@@ -71,6 +73,7 @@ def test_history_filters(history_dir):
     assert _run_ids(recent.stdout) == ["run-c", "run-c"]
 
 
+@pytest.mark.unit
 def test_history_errors(history_dir):
     unknown = prober("history", "--metric", "ttft_p50", cwd=history_dir)
     assert unknown.returncode == 2 and "no stored values of metric 'ttft_p50'" in unknown.stderr
@@ -80,7 +83,7 @@ def test_history_errors(history_dir):
     assert bad.returncode == 2 and "expected KEY=VALUE" in bad.stderr and "Traceback" not in bad.stderr
 
 
-@pytest.mark.postgres
+@pytest.mark.infra
 def test_history_on_postgresql(tmp_path, postgres_url):
     url = create_database(postgres_url, f"history_{uuid.uuid4().hex[:12]}")
     _write_history(url)

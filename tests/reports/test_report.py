@@ -129,6 +129,7 @@ def report_store(tmp_path_factory):
     store.close()
 
 
+@pytest.mark.emulator
 def test_report_model_covers_every_target_and_suite(report_store):
     _, config, store = report_store
     report = collect(store, ReportVerdicts(config.slo))
@@ -180,6 +181,7 @@ def test_report_model_covers_every_target_and_suite(report_store):
     assert evil.probes[1].examples[0].why.startswith("corrupted JSON: ")
 
 
+@pytest.mark.emulator
 def test_penalty_and_schema_order_runs_get_their_plots(report_store):
     _, config, store = report_store
     sections = {(s.target, s.suite): s for s in collect(store, ReportVerdicts(config.slo)).sections}
@@ -199,6 +201,7 @@ def test_penalty_and_schema_order_runs_get_their_plots(report_store):
     assert penalty.examples and all(e.why.startswith("corrupted JSON: ") for e in penalty.examples)
 
 
+@pytest.mark.unit
 def test_suite_plots_degrade_when_metrics_are_missing():
     assert suite_plots("latency", [], []) == []
     only_p50 = [{"name": "ttft_p50_ms", "labels": {"concurrency": 4}, "value": 12.0, "unit": "ms", "n": 3}]
@@ -216,6 +219,7 @@ def test_suite_plots_degrade_when_metrics_are_missing():
     assert "nan" not in render(plot).lower()
 
 
+@pytest.mark.emulator
 def test_html_escapes_stored_text(report_store):
     _, config, store = report_store
     page = render_html(collect(store, ReportVerdicts(config.slo)))
@@ -231,6 +235,7 @@ def test_html_escapes_stored_text(report_store):
     assert not re.search(r"""\b(src|href)=["']?(https?:)?//""", page)   # nothing fetched from the network
 
 
+@pytest.mark.emulator
 def test_markdown_and_json(report_store):
     _, config, store = report_store
     report = collect(store, ReportVerdicts(config.slo))
@@ -255,6 +260,7 @@ def test_markdown_and_json(report_store):
     assert any(e["text"] == IMG for p in evil["probes"] for e in p["examples"])
 
 
+@pytest.mark.emulator
 def test_flagged_percentiles_are_marked_and_explained_in_every_format(report_store):
     # 6 latency requests a level: p50 has a bounded interval, p99 (needs 368) is flagged.
     _, config, store = report_store
@@ -282,11 +288,13 @@ def test_flagged_percentiles_are_marked_and_explained_in_every_format(report_sto
     assert "ttft_p99_ms" in flagged and "ttft_p50_ms" not in flagged
 
 
+@pytest.mark.unit
 def test_markdown_escaping_helpers():
     assert text("a|b <i>x</i> `c` *d*\nnext") == "a\\|b &lt;i&gt;x&lt;/i&gt; \\`c\\` \\*d\\* next"
     assert code_block("x ```` y").startswith("`````text\n")
 
 
+@pytest.mark.unit
 def test_parse_since():
     now = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
     assert parse_since("30d", now) == now - dt.timedelta(days=30)
@@ -301,6 +309,7 @@ def _chromium(*args: str) -> subprocess.CompletedProcess:
                            "--disable-dev-shm-usage", *args], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.infra
 def test_cli_report_loads_in_headless_chromium(report_store):
     tmp, _, _ = report_store
     (tmp / "prober.toml").write_text(f'[store]\nurl = "sqlite:///{tmp}/prober.db"\n')

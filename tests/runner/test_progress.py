@@ -7,7 +7,7 @@ import pytest
 
 from tests.support.cli import prober
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(300)]
 
 
 def _lines(tmp_path, suite, *params):

@@ -7,10 +7,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from prober.alerting.drift import baseline_window
 from store import Store
 from tests.support.cli import prober
 from tests.support.llama import free_port
+
+pytestmark = pytest.mark.emulator
 
 # 6 requests: the fewest whose p50 has a bounded interval, so an SLO can judge it.
 SMALL = ("levels=[1,2]", "requests_per_level=6", "warmup=0", "max_tokens=8")

@@ -1,7 +1,11 @@
 import random
 
+import pytest
+
 from prober.core.records import Exchange, utcnow
 from prober.retry import retry_delay, server_retry_after, should_retry
+
+pytestmark = pytest.mark.unit
 
 
 def _exchange(error_type, message="", headers=None):

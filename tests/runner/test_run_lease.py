@@ -42,7 +42,8 @@ def _status(db_url, run_id):
     return run["status"], run["host"], run["sample_count"], run["notes"]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=[pytest.param("sqlite", marks=pytest.mark.emulator),
+                        pytest.param("postgresql", marks=pytest.mark.infra)])
 def db_url(request, tmp_path):
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/shared.db"

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from prober.core.config import ProberConfig
 from prober.runner import Runner
 from store import Store
@@ -45,6 +47,7 @@ def _wait_for_samples(db_url, at_least, timeout=60.0):
     raise AssertionError("the run stored no samples in time")
 
 
+@pytest.mark.emulator
 def test_sigkill_keeps_completed_samples_and_next_start_marks_interrupted(tmp_path):
     with emulator_process(tmp_path, SLOW) as base_url:
         config = _write_config(tmp_path, base_url)
@@ -71,6 +74,7 @@ def test_sigkill_keeps_completed_samples_and_next_start_marks_interrupted(tmp_pa
             store.close()
 
 
+@pytest.mark.emulator
 def test_ctrl_c_stops_cleanly_and_marks_the_run_interrupted(tmp_path):
     with emulator_process(tmp_path, SLOW) as base_url:
         config = _write_config(tmp_path, base_url)
@@ -91,6 +95,7 @@ def test_ctrl_c_stops_cleanly_and_marks_the_run_interrupted(tmp_path):
         store.close()
 
 
+@pytest.mark.emulator
 def test_budget_stops_the_run_with_exit_3(tmp_path):
     with emulator_process(tmp_path, SLOW) as base_url:
         config = _write_config(tmp_path, base_url, "[runner.budget]\nmax_requests = 7\n")
@@ -112,6 +117,7 @@ def test_budget_stops_the_run_with_exit_3(tmp_path):
     assert missing.returncode == 2 and "no run with id 'zzzz'" in missing.stderr
 
 
+@pytest.mark.emulator
 def test_unreachable_endpoint_exits_3_with_a_clear_message(tmp_path):
     config = _write_config(tmp_path, f"http://127.0.0.1:{free_port()}")
     result = prober("run", "--suite", "latency", "--target", "emu", "--config", str(config), cwd=tmp_path)
@@ -120,6 +126,7 @@ def test_unreachable_endpoint_exits_3_with_a_clear_message(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.infra
 def test_latency_suite_against_postgresql(tmp_path, postgres_url):
     with emulator_process(tmp_path, SLOW) as base_url:
         config = ProberConfig.model_validate({

@@ -7,8 +7,12 @@ from __future__ import annotations
 import secrets
 import uuid
 
+import pytest
+
 from tests.support.cli import prober
 from tests.support.postgres import create_password_user
+
+pytestmark = pytest.mark.infra
 
 
 def test_the_database_password_never_reaches_the_output(tmp_path, postgres_url):

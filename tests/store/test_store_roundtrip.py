@@ -26,7 +26,9 @@ UTC = dt.UTC
 START_NS = 5_000_000_000
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+# The parameter sets the tier of each test that takes the fixture (see tests/conftest.py).
+@pytest.fixture(params=[pytest.param("sqlite", marks=pytest.mark.unit),
+                        pytest.param("postgresql", marks=pytest.mark.infra)])
 def store_url(request, tmp_path) -> str:
     """A URL of a new, empty database: a SQLite file, or a database on the test PostgreSQL server."""
     if request.param == "sqlite":
@@ -284,6 +286,7 @@ def test_mark_stale_runs_interrupted(db):
     ("sqlite:////nonexistent-dir/sub/prober.db", "cannot open the database"),
     ("postgresql+psycopg://prober:hunter2@127.0.0.1:1/prober", "cannot open the database"),
 ])
+@pytest.mark.emulator
 def test_bad_urls_are_one_line_config_errors(url, expected):
     with pytest.raises(ConfigError) as caught:
         Store.open(url)
@@ -294,6 +297,7 @@ def test_bad_urls_are_one_line_config_errors(url, expected):
     assert "hunter2" not in message
 
 
+@pytest.mark.unit
 def test_a_file_that_is_not_a_database_is_a_config_error(tmp_path):
     path = tmp_path / "notes.txt"
     path.write_text("not a database, just some text that is long enough " * 50)
@@ -301,7 +305,7 @@ def test_a_file_that_is_not_a_database_is_a_config_error(tmp_path):
         Store.open(f"sqlite:///{path}")
 
 
-@pytest.mark.postgres
+@pytest.mark.infra
 def test_plain_postgresql_scheme_uses_psycopg(postgres_url):
     url = postgres_url.replace("postgresql+psycopg://", "postgresql://")
     with Store.open(url) as opened:

@@ -47,14 +47,25 @@ def test_flush_returns_when_everything_submitted_is_committed(db):
 
 
 def test_submit_is_cheap(db):
+    """Cheap as in: the caller hands the sample over and goes on, as with a bare locked hand-off
+    measured here just before, however fast this machine is; the writing happens elsewhere."""
     db.create_run(make_run("r1"))
     sample_list = [make_sample("r1", i) for i in range(2000)]
+    handed, condition = [], threading.Condition()
+    started = time.perf_counter()
+    for sample in sample_list:
+        with condition:
+            handed.append(sample)
+            condition.notify()
+    per_handoff = (time.perf_counter() - started) / len(sample_list)
     with db.sample_writer() as writer:
         started = time.perf_counter()
         for sample in sample_list:
             writer.submit(sample)
         per_submit = (time.perf_counter() - started) / len(sample_list)
-    assert per_submit < 200e-6, f"submit took {per_submit * 1e6:.0f} us"
+    # measured at load 12 on 2 cores: 0.1 to 3.7 times the hand-off; a commit per submit is ~100 times
+    assert per_submit < 50 * per_handoff, (f"submit took {per_submit * 1e6:.1f} us, "
+                                           f"a bare hand-off {per_handoff * 1e6:.2f} us")
 
 
 def test_write_errors_are_raised_on_flush_and_the_good_rows_kept(db):
@@ -95,6 +106,7 @@ def test_store_close_closes_forgotten_writers(store_url):
         assert len(reopened.samples("r1")) == 20
 
 
+@pytest.mark.unit
 def test_a_locked_sqlite_database_is_waited_for_not_lost(tmp_path):
     url = f"sqlite:///{tmp_path / 'prober.db'}"
     with Store.open(url, sqlite_busy_timeout=0.05) as opened:   # the busy timeout alone will not do

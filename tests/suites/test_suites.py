@@ -3,6 +3,8 @@ import pytest
 from prober.core.errors import ConfigError
 from suites.loader import available_suites, load_suite
 
+pytestmark = pytest.mark.unit
+
 
 def test_nightly_includes_every_other_builtin_suite():
     builtin = set(available_suites([])) - {"nightly"}

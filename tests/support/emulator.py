@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import time
 from collections.abc import AsyncIterator
@@ -19,26 +18,6 @@ from typing import Any
 from prober.emulator import Emulator, Scenario
 from prober.emulator.behaviours import Behaviour, base_behaviours
 from prober.emulator.caching import PromptCache
-
-TIMING_ATTEMPTS = 3
-
-
-def timing_sensitive(test):
-    """Re-run a timing test that failed, up to TIMING_ATTEMPTS runs in all.
-
-    The 2-core machine is shared with the client under test and with whatever else runs, and one
-    burst of outside load can make a single run late by tens of milliseconds. A real timing bug
-    fails every run; the thresholds themselves stay tight.
-    """
-    @functools.wraps(test)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        for attempt in range(1, TIMING_ATTEMPTS + 1):
-            try:
-                return test(*args, **kwargs)
-            except AssertionError:
-                if attempt == TIMING_ATTEMPTS:
-                    raise
-    return wrapper
 
 
 def run(coro: Any) -> Any:

@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+pytestmark = pytest.mark.emulator
+
 DATA = Path(__file__).resolve().parents[1] / "data"
 WIRE_SAMPLES = Path("/work/shared/reference/wire-samples")
 

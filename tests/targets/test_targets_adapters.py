@@ -24,7 +24,7 @@ from tests.support.scripted_server import (
     sse_head,
 )
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(60)]
 USER = [{"role": "user", "content": "hi"}]
 
 

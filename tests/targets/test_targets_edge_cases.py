@@ -32,7 +32,7 @@ from tests.support.scripted_server import (
 )
 from tests.targets.test_targets_samples import INCLUDE_USAGE, WIRE_SAMPLES, _events, _rebuild, decode
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(60)]
 USER = [{"role": "user", "content": "hi"}]
 
 

@@ -12,6 +12,8 @@ from prober.targets.adapter import mentioned_param
 from prober.targets.errors import classify_error
 from prober.transport import TransportError
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("status,expected", [
     (429, "rate_limited"), (529, "overloaded"), (503, "overloaded"), (500, "server_error"),

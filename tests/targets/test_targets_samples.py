@@ -28,7 +28,7 @@ from tests.support.scripted_server import (
     sse_head,
 )
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(60)]
 LLAMA = DATA / "llama-server"
 DECODERS = {"anthropic": AnthropicStreamDecoder, "openai": OpenAIStreamDecoder}
 INCLUDE_USAGE = {"stream_options": {"include_usage": True}}

@@ -7,6 +7,8 @@ import pytest
 from prober.targets.sse import SSEParser
 from tests.support.scripted_server import WIRE_SAMPLES
 
+pytestmark = pytest.mark.unit
+
 
 def parse(*chunks: bytes) -> list[tuple[str | None, str]]:
     parser = SSEParser()

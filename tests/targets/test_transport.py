@@ -20,7 +20,7 @@ from tests.support.scripted_server import (
     sse_head,
 )
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(30)]
 
 
 def run(coro):

@@ -73,6 +73,7 @@ def send_one(server: ScriptedServer) -> tuple:
     return asyncio.run(main())
 
 
+@pytest.mark.infra
 def test_plain_http_goes_through_the_proxy(proxy, monkeypatch):
     monkeypatch.setenv("HTTP_PROXY", proxy.url)
     server = ScriptedServer(openai_stream)
@@ -88,6 +89,7 @@ def test_plain_http_goes_through_the_proxy(proxy, monkeypatch):
     assert "proxy_tunnel_ms" not in ex.extra
 
 
+@pytest.mark.infra
 def test_https_is_tunnelled_with_connect_and_connect_time_is_apart_from_ttft(proxy, tmp_path, monkeypatch):
     cert, key = self_signed_certificate(tmp_path)
     server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -114,6 +116,7 @@ def test_https_is_tunnelled_with_connect_and_connect_time_is_apart_from_ttft(pro
     assert "sk-proxy-test" not in json.dumps(ex.extra)
 
 
+@pytest.mark.infra
 def test_no_proxy_bypasses_the_proxy(proxy, monkeypatch):
     monkeypatch.setenv("HTTP_PROXY", proxy.url)
     monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
@@ -125,6 +128,7 @@ def test_no_proxy_bypasses_the_proxy(proxy, monkeypatch):
     assert f"127.0.0.1:{server.port}" not in proxy.log_text()
 
 
+@pytest.mark.emulator
 def test_proxy_refusing_connect_is_a_connection_error_naming_the_proxy(tmp_path, monkeypatch):
     async def refuse(request, writer, server):
         writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
@@ -170,10 +174,12 @@ HTTP = Origin("http", "127.0.0.1", 8080)
     ({"HTTPS_PROXY": "http://us%40r:p%3Ass@p:1"}, HTTPS,
      Proxy(Origin("http", "p", 1), "Basic dXNAcjpwOnNz")),                   # user "us@r", password "p:ss"
 ])
+@pytest.mark.unit
 def test_proxy_for_follows_the_sdks(environ, origin, expected):
     assert proxy_for(origin, environ) == expected
 
 
+@pytest.mark.unit
 def test_unusable_proxy_scheme_fails_each_request_with_its_reason(monkeypatch):
     monkeypatch.setenv("HTTPS_PROXY", "socks5://127.0.0.1:1080")
     with pytest.raises(ValueError, match="http:// only"):

@@ -1,0 +1,151 @@
+"""The tiers and the timing retry, checked on small test files run by a child pytest with this
+repository's own hooks (tests/conftest.py): a test without exactly one tier is refused at
+collection, a `unit` test that opens a socket (itself or through a child process) fails, and a
+retried timing test is listed in the summary with its failed attempt's message."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+# The child sessions are separate processes; their tests open sockets on purpose.
+pytestmark = pytest.mark.emulator
+
+REPO = Path(__file__).resolve().parents[1]
+INI = """[pytest]
+addopts = --strict-markers -p no:cacheprovider
+markers =
+    unit: u
+    emulator: e
+    real: r
+    infra: i
+"""
+CONFTEST = ("from tests.conftest import _unit_tests_open_no_sockets, pytest_collection_modifyitems, "
+            "pytest_terminal_summary\n")
+
+
+@pytest.fixture
+def child(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    pytester.makeini(INI)
+    pytester.makeconftest(CONFTEST)
+    return pytester
+
+
+def test_a_test_without_exactly_one_tier_is_refused_at_collection(child):
+    child.makepyfile(test_some="""
+        import pytest
+
+        def test_untiered():
+            pass
+
+        @pytest.mark.unit
+        @pytest.mark.emulator
+        def test_two_tiers():
+            pass
+
+        @pytest.mark.unit
+        def test_fine():
+            pass
+    """)
+    result = child.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*every test needs exactly one tier marker*2 do not*",
+                                 "*test_some.py::test_untiered: no tier marker",
+                                 "*test_some.py::test_two_tiers: emulator, unit"])
+    assert "test_fine" not in result.stderr.str()
+
+
+def test_an_unregistered_marker_is_an_error(child):
+    child.makepyfile(test_some="""
+        import pytest
+
+        @pytest.mark.fast
+        def test_typo():
+            pass
+    """)
+    assert child.runpytest_subprocess().ret != pytest.ExitCode.OK
+
+
+def test_a_unit_test_that_opens_a_socket_fails_even_when_it_swallows_the_error(child):
+    child.makepyfile(test_some="""
+        import socket
+        import subprocess
+        import sys
+        import pytest
+
+        def _listen():
+            server = socket.socket()
+            server.bind(("127.0.0.1", 0))
+            server.listen()
+            return server
+
+        @pytest.mark.unit
+        def test_binds():
+            _listen()
+
+        @pytest.mark.unit
+        def test_swallows():
+            try:
+                socket.create_connection(("127.0.0.1", 9), timeout=1)
+            except Exception:
+                pass
+
+        @pytest.mark.unit
+        def test_through_a_child():
+            subprocess.run([sys.executable, "-c",
+                            "import socket; socket.create_connection(('127.0.0.1', 9), timeout=1)"])
+
+        @pytest.mark.unit
+        def test_no_sockets():
+            assert sum(range(10)) == 45
+
+        @pytest.mark.emulator
+        def test_emulator_may():
+            server = _listen()
+            socket.create_connection(server.getsockname(), timeout=1).close()
+    """)
+    result = child.runpytest_subprocess("-rA")
+    # the calls of test_swallows and test_through_a_child pass: their teardown fails them
+    result.assert_outcomes(passed=4, failed=1, errors=3)
+    result.stdout.fnmatch_lines_random([
+        "FAILED test_some.py::test_binds*UnitTestOpenedSocket*",
+        "ERROR test_some.py::test_binds*unit test opened sockets*",
+        "ERROR test_some.py::test_swallows*unit test opened sockets*",
+        "ERROR test_some.py::test_through_a_child*unit test opened sockets*",
+        "PASSED test_some.py::test_no_sockets",
+        "PASSED test_some.py::test_emulator_may",
+    ])
+
+
+def test_a_retried_timing_test_is_reported_and_retried_once_only(child):
+    child.makepyfile(test_some="""
+        import pytest
+        from tests.support.timing import timing_sensitive
+
+        attempts = {"flaky": 0, "broken": 0}
+
+        @pytest.mark.unit
+        @timing_sensitive
+        def test_flaky():
+            attempts["flaky"] += 1
+            assert attempts["flaky"] > 1, "late by 7.5 ms"
+
+        @pytest.mark.unit
+        @timing_sensitive
+        def test_broken():
+            attempts["broken"] += 1
+            assert attempts["broken"] > 2, f"late by 40 ms (attempt {attempts['broken']})"
+    """)
+    result = child.runpytest_subprocess("-rA")
+    result.assert_outcomes(passed=1, failed=1)
+    summary = result.stdout.str().split("timing tests retried")[1]
+    assert "test_some.py::test_flaky: attempt 1 failed: late by 7.5 ms" in summary
+    assert "test_some.py::test_broken: attempt 1 failed: late by 40 ms (attempt 1)" in summary
+    assert "attempt 2" not in summary.split("short test summary")[0]   # two attempts in all
+    # and in the test's own output
+    result.stdout.fnmatch_lines(["*Captured stderr call*", "timing retry: attempt 1 of 2 failed*late by 7.5 ms*"])
