@@ -8,6 +8,9 @@ import pytest
 
 from tests.support.cli import prober
 
+# `prober local status --port 1` connects to a closed port.
+pytestmark = pytest.mark.emulator
+
 
 def test_version_is_the_installed_distributions(tmp_path):
     result = prober("--version", cwd=tmp_path)

@@ -22,6 +22,10 @@ from packaging.requirements import Requirement
 
 from tests.support.cli import prober
 
+# Each test starts prober as a child process, and some of those open sockets (the emulator, a
+# closed PostgreSQL port).
+pytestmark = pytest.mark.emulator
+
 ROOT = Path(__file__).resolve().parents[2]
 EXTRA_MODULES = ("psycopg", "pyarrow", "pandas")
 

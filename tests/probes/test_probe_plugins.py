@@ -26,7 +26,7 @@ from tests.support.history import share
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "external-probe"
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(300)]
 
 
 # --- reports/ renders declarations, it imports no probe ---------------------------------------------

@@ -14,8 +14,8 @@ from prober.core.config import TargetConfig
 from prober.core.records import ChatRequest
 from prober.targets import make_adapter
 from prober.targets.conformance import check_exchange
+from tests.support.scripted_server import LAST_CHUNK, ScriptedServer, chunk, sse_head
 from tests.support.timing import MEDIAN_RATIO, reference_lateness
-from tests.test_transport_support import LAST_CHUNK, ScriptedServer, chunk, sse_head
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(120)]
 
