@@ -38,8 +38,11 @@ ROUNDS = 2
 # 29 ms) and under two busy loops (load 5 to 7: 1.6 to 2.7 ms against 23 to 32 ms). A quarter keeps 2x
 # headroom over the worst of those, and still fails the regressions that matter: the loop blocked
 # 1 ms per frame (median 846 ms against the twin's 1129) or first tokens 30 ms late (30 ms against
-# 2 to 8 ms allowed). The worst may be as late as the twin's worst (measured 0.1 to 0.4 of it).
+# 2 to 8 ms allowed). The worst is one event, and one lost timeslice at the deadline delays every
+# first token queued behind it: measured 0.1 to 0.5 of the twin's worst in 8 runs, 1.4 of it once
+# under two busy loops; so twice the twin's worst (the median above is what catches regressions).
 MEDIAN_OF_UNTIMED = 0.25
+WORST_OF_UNTIMED = 2
 
 
 def _raise_priority() -> None:
@@ -147,7 +150,7 @@ def test_512_concurrent_streams_complete_on_time(served, untimed) -> None:
     lateness_ms, reference_ms = run(_load_run(port, untimed))
     assert min(lateness_ms) >= 0      # never early
     assert_on_time(lateness_ms, reference_ms, f"the emulator's first tokens of {STREAMS} concurrent streams",
-                   median_ratio=MEDIAN_OF_UNTIMED, worst_ratio=1)
+                   median_ratio=MEDIAN_OF_UNTIMED, worst_ratio=WORST_OF_UNTIMED)
 
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=10) == 0
