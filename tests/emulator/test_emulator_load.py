@@ -2,8 +2,11 @@
 
 The emulator runs as `prober emulate` would run it (a separate process), so the 512 clients do
 not share its event loop; its ground truth then shows its own lateness only. That lateness is
-bounded against a bare asyncio server in its own process, under the same 512 streams, measured in
-the test just before (tests/support/timing.py): a fixed 3 ms failed on another 2-core machine.
+bounded against a second emulator process with no first-token delay, given the same 512 streams
+in turns with the first (tests/support/timing.py): it does all the same work per stream, so only
+the scheduling of the delay differs. A fixed 3 ms failed on another 2-core machine (p50 3.1 ms,
+p99 10.0 ms there), and a bare asyncio server did not carry the emulator's own work (4 ms against
+the emulator's 68 ms here under load).
 """
 
 from __future__ import annotations
@@ -20,13 +23,26 @@ from pathlib import Path
 import pytest
 
 from tests.support.emulator import anthropic_body, openai_body, raw_request, run
-from tests.support.timing import Lateness, assert_on_time, timing_sensitive
+from tests.support.timing import assert_on_time, timing_sensitive
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(120)]
 
 REPO = Path(__file__).resolve().parents[2]
 STREAMS = 512
 FIRST_TOKEN_DELAY_MS = 100
+ROUNDS = 2
+# With the delay, all 512 requests are parsed before their first tokens are due, so a first token
+# waits only for the other first tokens' writes; the untimed twin's first tokens also wait for the
+# parsing of the requests arriving with them. So the delayed median is a fraction of the twin's:
+# measured here (1 December 2026), 0.03 to 0.12 of it quiet (load 1 to 3: 0.9 to 1.4 ms against 9 to
+# 29 ms) and under two busy loops (load 5 to 7: 1.6 to 2.7 ms against 23 to 32 ms). A quarter keeps 2x
+# headroom over the worst of those, and still fails the regressions that matter: the loop blocked
+# 1 ms per frame (median 846 ms against the twin's 1129) or first tokens 30 ms late (30 ms against
+# 2 to 8 ms allowed). The worst is one event, and one lost timeslice at the deadline delays every
+# first token queued behind it: measured 0.1 to 0.5 of the twin's worst in 8 runs, 1.4 of it once
+# under two busy loops; so twice the twin's worst (the median above is what catches regressions).
+MEDIAN_OF_UNTIMED = 0.25
+WORST_OF_UNTIMED = 2
 
 
 def _raise_priority() -> None:
@@ -52,10 +68,10 @@ def _server_process(code: str, announces: str):
             process.wait(timeout=10)
 
 
-@pytest.fixture
-def served(tmp_path):
-    scenario = tmp_path / "load.toml"
-    scenario.write_text(f"slots = {STREAMS}\nfirst_token_delay_ms = {FIRST_TOKEN_DELAY_MS}\n"
+@contextlib.contextmanager
+def _emulator_process(tmp_path: Path, first_token_delay_ms: int):
+    scenario = tmp_path / f"load-{first_token_delay_ms}.toml"
+    scenario.write_text(f"slots = {STREAMS}\nfirst_token_delay_ms = {first_token_delay_ms}\n"
                         "prefill_ms_per_token = 0\ndecode_tokens_per_s = 50\noutput_tokens = 10\n")
     with _server_process(f"from prober.emulator import serve; serve('127.0.0.1', 0, {str(scenario)!r})",
                          "listening on http://127.0.0.1:") as served:
@@ -63,12 +79,15 @@ def served(tmp_path):
 
 
 @pytest.fixture
-def bare():
-    """The reference: a bare asyncio server in its own process doing a stream's kind of work (parse
-    the JSON body, send 10 events at 50/s after the same first-token delay), nothing of the emulator."""
-    code = (f"from tests.support.timing import serve_bare; "
-            f"serve_bare({FIRST_TOKEN_DELAY_MS / 1e3}, events=10, gap_s=0.02)")
-    with _server_process(code, "on port ") as (port, _):
+def served(tmp_path):
+    with _emulator_process(tmp_path, FIRST_TOKEN_DELAY_MS) as served:
+        yield served
+
+
+@pytest.fixture
+def untimed(tmp_path):
+    """The reference: the same emulator with no first-token delay."""
+    with _emulator_process(tmp_path, 0) as (port, _):
         yield port
 
 
@@ -82,20 +101,8 @@ async def _one_stream(port: int, i: int):
     return await raw_request(port, "POST", "/v1/chat/completions", openai_body(f"stream {i}"))
 
 
-async def _load_run(port: int, bare_port: int) -> tuple[list[dict], list[float]]:
-    """Open STREAMS streams at once (half per protocol) to the emulator and as many to the bare
-    reference at the same moment, so that both see the same load from the rest of the machine;
-    check each emulator stream; return the emulator's ground truth and the reference's lateness.
-
-    An unmeasured burst to each goes first, so that neither server's first-time costs (imports,
-    caches, the allocator growing to hold 512 connections) land on the measured one: measured, the
-    emulator's first burst ran 5 to 10 times as late as its second."""
-    await _burst(port)
-    await _burst(bare_port)
-    await raw_request(port, "POST", "/_emulator/reset")
-    await raw_request(bare_port, "GET", "/lateness")
-    responses, reference = await asyncio.gather(_burst(port), _burst(bare_port))
-    assert all(response.status == 200 and response.complete for response in reference)
+def _check(responses: list, truth: list[dict], delay_ms: int) -> list[float]:
+    """Each stream complete on its protocol; the ground truth's first-token lateness of each."""
     for i, response in enumerate(responses):
         assert response.status == 200 and response.complete, i
         if i % 2:
@@ -105,23 +112,45 @@ async def _load_run(port: int, bare_port: int) -> tuple[list[dict], list[float]]
             datas = [data for _, data in response.events()]
             assert len(datas) == 1 + 10 + 2 + 1 and datas[-1] == "[DONE]"
             assert json.loads(datas[-2])["usage"]["completion_tokens"] == 10
-    truth = (await raw_request(port, "GET", "/_emulator/ground_truth")).json()
     assert len(truth) == STREAMS
     assert max(record["in_flight_at_arrival"] for record in truth) >= STREAMS // 2   # really concurrent
     assert all(record["queue_wait_ms"] == 0 and record["tokens_sent"] == 10 for record in truth)
-    assert all(record["scheduled_ttft_ms"] == pytest.approx(FIRST_TOKEN_DELAY_MS) for record in truth)
-    return truth, (await raw_request(bare_port, "GET", "/lateness")).json()
+    assert all(record["scheduled_ttft_ms"] == pytest.approx(delay_ms) for record in truth)
+    return [record["ttft_ms"] - record["scheduled_ttft_ms"] for record in truth]
+
+
+async def _measured_burst(port: int, delay_ms: int) -> list[float]:
+    await raw_request(port, "POST", "/_emulator/reset")
+    responses = await _burst(port)
+    truth = (await raw_request(port, "GET", "/_emulator/ground_truth")).json()
+    return _check(responses, truth, delay_ms)
+
+
+async def _load_run(port: int, untimed_port: int) -> tuple[list[float], list[float]]:
+    """STREAMS streams at once (half per protocol), in turns to the emulator and to its untimed
+    twin, ROUNDS times each, so that both see the same load from the rest of the machine; returns
+    the first tokens' lateness of each.
+
+    An unmeasured burst to each goes first, so that neither server's first-time costs (imports,
+    caches, the allocator growing to hold 512 connections) land on a measured one: measured, the
+    emulator's first burst ran 5 to 10 times as late as its second."""
+    await _burst(port)
+    await _burst(untimed_port)
+    lateness_ms: list[float] = []
+    reference_ms: list[float] = []
+    for _ in range(ROUNDS):
+        lateness_ms += await _measured_burst(port, FIRST_TOKEN_DELAY_MS)
+        reference_ms += await _measured_burst(untimed_port, 0)
+    return lateness_ms, reference_ms
 
 
 @timing_sensitive
-def test_512_concurrent_streams_complete_on_time(served, bare) -> None:
+def test_512_concurrent_streams_complete_on_time(served, untimed) -> None:
     port, process = served
-    truth, reference_ms = run(_load_run(port, bare))
-    reference = Lateness.of(reference_ms)
-    assert reference.count == STREAMS
-    lateness_ms = [record["ttft_ms"] - record["scheduled_ttft_ms"] for record in truth]
+    lateness_ms, reference_ms = run(_load_run(port, untimed))
     assert min(lateness_ms) >= 0      # never early
-    assert_on_time(lateness_ms, reference, f"the emulator's first tokens of {STREAMS} concurrent streams")
+    assert_on_time(lateness_ms, reference_ms, f"the emulator's first tokens of {STREAMS} concurrent streams",
+                   median_ratio=MEDIAN_OF_UNTIMED, worst_ratio=WORST_OF_UNTIMED)
 
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=10) == 0

@@ -1,24 +1,24 @@
 """Timing: first-token delay, prefill, decode rate, slots and queueing, as configured.
 
-Lateness is bounded against a bare asyncio stream measured in the same test just before
-(tests/support/timing.py), not against a number of milliseconds fitted to one machine."""
+Lateness is bounded against the same emulator answering with the timed feature off (no delay, no
+prefill), measured interleaved in the same test (tests/support/timing.py), not against a number of
+milliseconds fitted to one machine."""
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 
 import pytest
 
 from prober.emulator import Scenario
 from prober.emulator.tokenizer import count_tokens
 from tests.support.emulator import RawConnection, anthropic_body, openai_body, raw_request, run, running
-from tests.support.timing import Lateness, assert_on_time, reference_lateness, timing_sensitive
+from tests.support.timing import Lateness, assert_on_time, first_content_ns, timing_sensitive, untimed_between
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(60)]
 
-
-def _first_content_ns(response, marker: bytes) -> int:
-    return next(ns for ns, payload in response.chunks if marker in payload)
+UNTIMED = Scenario(first_token_delay_ms=0, prefill_ms_per_token=0, output_tokens=4)
 
 
 @timing_sensitive
@@ -28,16 +28,15 @@ def test_idle_ttft_matches_configured_delay() -> None:
     expected_ms = 80 + 0.5 * count_tokens("Hello there")
 
     async def go():
-        reference = await reference_lateness(expected_ms / 1e3, 8)
         async with running(scenario) as emulator:
             connection = await RawConnection.open(emulator.port)
-            responses = []
-            for i in range(8):
-                body = anthropic_body() if i % 2 else openai_body()
-                responses.append(await connection.request("POST", "/v1/messages" if i % 2 else
-                                                          "/v1/chat/completions", body))
+
+            async def two():
+                return [await connection.request("POST", "/v1/chat/completions", openai_body()),
+                        await connection.request("POST", "/v1/messages", anthropic_body())]
+            pairs, reference = await untimed_between(UNTIMED, 4, 2, expected_ms / 1e3, two)
             await connection.close()
-            return responses, emulator.ground_truth(), reference
+            return [response for pair in pairs for response in pair], emulator.ground_truth(), reference
 
     responses, truth, reference = run(go())
     transfer_ms = []
@@ -46,8 +45,7 @@ def test_idle_ttft_matches_configured_delay() -> None:
         assert record["scheduled_ttft_ms"] == pytest.approx(expected_ms, abs=0.01)
         assert expected_ms <= record["ttft_ms"]
         # a cheap client sees the same first token as soon as a bare stream's client would
-        marker = b"content_block_delta" if record["protocol"] == "anthropic" else b'"delta":{"content"'
-        client_ttft_ms = (_first_content_ns(response, marker) - response.sent_ns) / 1e6
+        client_ttft_ms = (first_content_ns(response, record["protocol"]) - response.sent_ns) / 1e6
         assert record["ttft_ms"] <= client_ttft_ms
         transfer_ms.append(client_ttft_ms - record["ttft_ms"])
     assert_on_time([record["ttft_ms"] - expected_ms for record in truth], reference.server, "the emulator's TTFT")
@@ -63,13 +61,13 @@ def test_headers_and_preamble_come_before_prefill() -> None:
 
     response = run(go())
     first_chunk_ms = (response.chunks[0][0] - response.sent_ns) / 1e6
-    first_token_ms = (_first_content_ns(response, b"content_block_delta") - response.sent_ns) / 1e6
+    first_token_ms = (first_content_ns(response, "anthropic") - response.sent_ns) / 1e6
     assert b"message_start" in response.chunks[0][1]
     assert first_token_ms >= 100
     # Sent before the delay began, the preamble is in within its first half on any machine that can
     # keep the delay itself; held back until the first token, it would arrive with it.
     assert first_chunk_ms < 0.5 * first_token_ms, (first_chunk_ms, first_token_ms)
-    assert (_first_content_ns(response, b"content_block_delta") - response.sent_ns) / 1e6 >= 100
+    assert (first_content_ns(response, "anthropic") - response.sent_ns) / 1e6 >= 100
 
 
 @timing_sensitive
@@ -108,16 +106,22 @@ def test_decode_rate_sets_the_gaps_and_does_not_drift() -> None:
     scenario = Scenario(first_token_delay_ms=5, decode_tokens_per_s=250, output_tokens=100)
 
     async def go():
-        reference = await reference_lateness(0.004, 100)
         async with running(scenario) as emulator:
-            return await raw_request(emulator.port, "POST", "/v1/messages", anthropic_body()), reference
+            async def one():
+                return await raw_request(emulator.port, "POST", "/v1/messages", anthropic_body())
+            responses, reference = await untimed_between(UNTIMED, 2, 8, 0.004, one)
+            return responses[-1], reference
 
     response, reference = run(go())
     arrivals = [ns for ns, payload in response.chunks if b"content_block_delta" in payload]
     assert len(arrivals) == 100
-    # absolute deadlines: token k arrives k x 4 ms after the first, not k x (4 ms + overhead)
-    off_schedule_ms = [abs((ns - arrivals[0]) / 1e6 - 4 * k) for k, ns in enumerate(arrivals)]
-    assert_on_time(off_schedule_ms, reference.client, "tokens against a 4 ms decode schedule")
+    # absolute deadlines: token k arrives k x 4 ms after the stream's start, not k x (4 ms + overhead);
+    # the start is the median of the arrivals' implied starts, so that one late token (the first
+    # too) is one token off schedule, and drift puts the early and the late tokens far off it
+    starts_ms = [ns / 1e6 - 4 * k for k, ns in enumerate(arrivals)]
+    start_ms = statistics.median(starts_ms)
+    off_schedule_ms = [abs(implied - start_ms) for implied in starts_ms]
+    assert_on_time(off_schedule_ms, reference.server, "tokens against a 4 ms decode schedule")
 
 
 @timing_sensitive
@@ -127,13 +131,15 @@ def test_requests_beyond_the_slots_queue_fifo_for_one_service_time() -> None:
                         output_tokens=6)
 
     async def go():
-        reference = await reference_lateness(0.04, 8)
         async with running(scenario) as emulator:
             async def one(i: int):
                 await asyncio.sleep(i * 0.002)   # arrive in a known order
                 return await raw_request(emulator.port, "POST", "/v1/messages", anthropic_body(f"prompt {i}"))
-            responses = await asyncio.gather(*(one(i) for i in range(4)))
-            return responses, emulator.ground_truth(), reference
+
+            async def four():
+                return await asyncio.gather(*(one(i) for i in range(4)))
+            rounds, reference = await untimed_between(UNTIMED, 1, 8, 0.04, four)
+            return rounds[0], emulator.ground_truth(), reference
 
     responses, truth, reference = run(go())
     assert all(response.complete for response in responses)
@@ -157,10 +163,11 @@ def test_non_streaming_answers_when_the_last_token_is_due() -> None:
     scenario = Scenario(first_token_delay_ms=20, prefill_ms_per_token=0, decode_tokens_per_s=100, output_tokens=11)
 
     async def go():
-        reference = await reference_lateness(0.12, 8)
         async with running(scenario) as emulator:
-            response = await raw_request(emulator.port, "POST", "/v1/chat/completions", openai_body(stream=False))
-            return response, emulator.ground_truth()[0], reference
+            async def one():
+                return await raw_request(emulator.port, "POST", "/v1/chat/completions", openai_body(stream=False))
+            responses, reference = await untimed_between(UNTIMED, 1, 8, 0.12, one)
+            return responses[0], emulator.ground_truth()[0], reference
 
     response, record, reference = run(go())
     assert response.status == 200
