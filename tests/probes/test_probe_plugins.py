@@ -73,10 +73,14 @@ def _probe_classes_in(path: Path) -> list[str]:
     """`name = "..."` of each class in a module that subclasses Probe."""
     names = []
     for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.ClassDef) and any(isinstance(b, ast.Name) and b.id == "Probe" for b in node.bases):
+        # `class XProbe(Probe[XParams])`: the base is Probe, subscripted with the parameter model
+        bases = [b.value if isinstance(b, ast.Subscript) else b for b in getattr(node, "bases", [])]
+        if isinstance(node, ast.ClassDef) and any(isinstance(b, ast.Name) and b.id == "Probe" for b in bases):
             for statement in node.body:
-                if (isinstance(statement, ast.Assign) and [t.id for t in statement.targets if isinstance(t, ast.Name)]
-                        == ["name"] and isinstance(statement.value, ast.Constant)):
+                targets = (statement.targets if isinstance(statement, ast.Assign)
+                           else [statement.target] if isinstance(statement, ast.AnnAssign) else [])
+                if ([t.id for t in targets if isinstance(t, ast.Name)] == ["name"]
+                        and isinstance(getattr(statement, "value", None), ast.Constant)):
                     names.append(statement.value.value)
     return names
 
