@@ -17,11 +17,12 @@ from pydantic import Field, field_validator
 from prober.core import stats
 from prober.core.declarations import Chart, MetricFamily
 from prober.core.records import ChatRequest, Metric, SampleRow
-from probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext, ProbeParams
+from probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext
 from probes.prompts import filler_words, nonce
+from probes.shapes import RequestShape, RequestShapeParams
 
 
-class LatencyParams(ProbeParams):
+class LatencyParams(RequestShapeParams):
     levels: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
     # 368 requests are the fewest that bound p99's distribution-free 95% interval; 400 leave room
     # for a few failed requests. Fewer are fine for p50 (6) and p90 (36): p99 is then flagged.
@@ -77,15 +78,10 @@ class LatencyProbe(Probe[LatencyParams]):
     pooled_labels = frozenset({"concurrency"})
 
     async def run(self, ctx: ProbeContext, params: LatencyParams) -> None:
-        filler = filler_words(params.input_tokens)
+        shapes = params.shape_sampler(params.input_tokens, params.max_tokens)
 
-        def make_request(_: int) -> ChatRequest:
-            return ChatRequest(
-                messages=[{"role": "user", "content": f"[{nonce()}] {filler}\n\nWrite a short story."}],
-                max_tokens=params.max_tokens,
-                stream=True,
-                sampling={"temperature": params.temperature},
-            )
+        def make_request(i: int) -> ChatRequest:
+            return shaped_request(shapes.shape(i), params.temperature)
 
         for level in params.levels:
             if params.warmup:
@@ -167,6 +163,19 @@ class LatencyProbe(Probe[LatencyParams]):
                       ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"), x="concurrency"),
                 Chart("versus", "Inter-token latency percentiles against concurrency", "ms",
                       ("itl_p50_ms", "itl_p90_ms", "itl_p99_ms"), x="concurrency")]
+
+
+def shaped_request(shape: RequestShape, temperature: float) -> ChatRequest:
+    """A streamed request of `shape`, its lengths kept with the sample (extra.shape)."""
+    text = shape.prompt if shape.prompt is not None else f"{filler_words(shape.input_tokens)}\n\nWrite a short story."
+    return ChatRequest(
+        messages=[{"role": "user", "content": f"[{nonce()}] {text}"}],
+        # An answer of 0 tokens cannot be asked for: a dataset's 0 becomes the shortest answer.
+        max_tokens=max(1, shape.output_tokens),
+        stream=True,
+        sampling={"temperature": temperature},
+        stored_extra={"shape": shape.as_extra()},
+    )
 
 
 def find_knee(ttft_p50_by_level: dict[int, float], factor: float = 2.0) -> float | None:

@@ -60,6 +60,9 @@ class ChatRequest:
     json_schema: dict[str, Any] | None = None
     json_object: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    # What the probe wants kept with every attempt in the sample's `extra` and never sent (the
+    # lengths a request shape drew for it, so that the run can be replayed).
+    stored_extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -216,6 +216,7 @@ class HTTPAdapter(TargetAdapter):
         while True:
             body, notes = self.build_body(request, skip)
             ex = await self._exchange(body, request.stream, attempt)
+            ex.extra.update(request.stored_extra)
             name = self._rejected_param(ex, request, skip)
             if name is not None:
                 skip.add(name)
