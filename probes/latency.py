@@ -20,6 +20,7 @@ from prober.core.records import ChatRequest, Metric, SampleRow
 from probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext
 from probes.prompts import filler_words, nonce
 from probes.shapes import RequestShape, RequestShapeParams
+from probes.ttft_split import TTFT_SPLIT_METRICS, add_ttft_split
 
 
 class LatencyParams(RequestShapeParams):
@@ -64,7 +65,7 @@ class LatencyProbe(Probe[LatencyParams]):
     metric_names = frozenset({
         *(f"ttft_p{q}_ms" for q in (50, 90, 99)), "headers_p50_ms", *(f"itl_p{q}_ms" for q in (50, 99)),
         *(f"e2e_p{q}_ms" for q in (50, 99)), "output_tps_per_request_p50", "output_tps_total", "error_rate",
-        "goodput", "knee_concurrency", "service_tier_requests"})
+        "goodput", "knee_concurrency", "service_tier_requests", *TTFT_SPLIT_METRICS})
     label_params: ClassVar[dict[str, str]] = {"levels": "concurrency"}
     Params = LatencyParams
     # A latency quantity is judged by its p50 at each concurrency level of the run.
@@ -108,7 +109,7 @@ class LatencyProbe(Probe[LatencyParams]):
                 ci: tuple[float | None, float | None] = (None, None)) -> None:
             collected.add(name, value, {"concurrency": level}, n, unit, ci)
 
-        ttft_p50_by_level: dict[int, float] = {}
+        ttft_by_level: dict[float, list[float]] = {}
         for level in sorted(by_level):
             rows = by_level[level]
             ok = [r for r in rows if not r.get("error_type")]
@@ -151,18 +152,33 @@ class LatencyProbe(Probe[LatencyParams]):
             for tier, count in sorted(tiers.items()):
                 collected.add("service_tier_requests", count, {"concurrency": level, "service_tier": tier},
                               n_ok, "requests")
-            if (ttft_p50 := stats.percentile(ttft, 50)) is not None:
-                ttft_p50_by_level[level] = ttft_p50
+            ttft_by_level[level] = ttft
+            add_ttft_split(collected, ok, level_labels)
 
-        knee = find_knee(ttft_p50_by_level)
-        collected.add("knee_concurrency", knee, {}, len(ttft_p50_by_level), "requests")
+        # The knee: the lowest level whose TTFT p50 is more than twice the first level's.
+        knee = stats.knee_interval(ttft_by_level)
+        collected.add("knee_concurrency", knee.value, {}, knee.n, "requests", (knee.low, knee.high))
         return collected.metrics
 
     def charts(self, latest: Sequence[dict[str, Any]]) -> list[Chart]:
-        return [Chart("versus", "TTFT percentiles against concurrency", "ms",
-                      ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"), x="concurrency"),
-                Chart("versus", "Inter-token latency percentiles against concurrency", "ms",
-                      ("itl_p50_ms", "itl_p90_ms", "itl_p99_ms"), x="concurrency")]
+        # TTFT and ITL apart (queueing shows in the first, batching in the second), against
+        # concurrency for closed-loop levels and against the offered rate for open-loop ones.
+        present = {key for row in latest for key in (row.get("labels") or {})}
+        split = any(row.get("name") in TTFT_SPLIT_METRICS for row in latest)
+        charts = []
+        for x, against in (("concurrency", "concurrency"), ("rate_rps", "rate")):
+            if x not in present:
+                continue
+            x_label = "requests per second" if x == "rate_rps" else None
+            charts += [Chart("versus", f"TTFT percentiles against {against}", "ms",
+                             ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"), x=x, x_label=x_label),
+                       Chart("versus", f"Inter-token latency percentiles against {against}", "ms",
+                             ("itl_p50_ms", "itl_p99_ms"), x=x, x_label=x_label)]
+            if split:
+                charts.append(Chart("versus", f"TTFT p50 split into queueing and server prefill against {against}",
+                                    "ms", ("ttft_p50_ms", "ttft_queue_p50_ms", "prefill_p50_ms"), x=x,
+                                    x_label=x_label))
+        return charts
 
 
 def shaped_request(shape: RequestShape, temperature: float) -> ChatRequest:
@@ -176,18 +192,6 @@ def shaped_request(shape: RequestShape, temperature: float) -> ChatRequest:
         sampling={"temperature": temperature},
         stored_extra={"shape": shape.as_extra()},
     )
-
-
-def find_knee(ttft_p50_by_level: dict[int, float], factor: float = 2.0) -> float | None:
-    """The lowest level whose TTFT p50 exceeds `factor` times the lowest level's; None if none does."""
-    if not ttft_p50_by_level:
-        return None
-    levels = sorted(ttft_p50_by_level)
-    base = ttft_p50_by_level[levels[0]]
-    for level in levels[1:]:
-        if ttft_p50_by_level[level] > factor * base:
-            return float(level)
-    return None
 
 
 def _meets_thresholds(row: SampleRow, params: LatencyParams) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -679,3 +679,47 @@ def share_night_p(successes: int, n: int, base_successes: Sequence[int], base_to
                                 alternative)
              for phi in dispersions]
     return sum(tails) / len(tails)
+
+
+def first_crossing(levels: Sequence[float], values: npt.NDArray[np.float64], factor: float) -> npt.NDArray[np.float64]:
+    """Per column of `values` (a row per level, levels ascending): the lowest level whose value
+    exceeds `factor` times the first level's; inf in a column where none does."""
+    import numpy as np
+
+    if len(levels) < 2:
+        return np.full(values.shape[1], np.inf)
+    exceeds = values[1:] > factor * values[:1]
+    crossing = np.asarray(levels, dtype=float)[1:][np.argmax(exceeds, axis=0)]
+    return np.where(exceeds.any(axis=0), crossing, np.inf)
+
+
+@dataclass(frozen=True)
+class KneeEstimate:
+    value: float | None      # the knee level; None when no level crosses
+    low: float | None        # interval bounds; high None: a knee beyond the levels tried stays plausible
+    high: float | None
+    n: int                   # levels
+
+
+def knee_interval(values_by_level: Mapping[float, Sequence[float]], factor: float = 2.0, confidence: float = 0.95,
+                  resamples: int = 1000, seed: int = 0) -> KneeEstimate:
+    """The knee of a sweep (the lowest level whose median exceeds `factor` times the first level's)
+    with a percentile-bootstrap interval: each level's requests are resampled on their own (the
+    request is the unit), the knee found again per resample, and the interval is the central
+    `confidence` share of those knees, with "no knee" counted as beyond the last level (the high
+    side then unbounded). Seeded, so a re-summarized run gets the same interval."""
+    import numpy as np
+
+    levels = sorted(level for level, values in values_by_level.items() if len(values))
+    if not levels:
+        return KneeEstimate(None, None, None, 0)
+    data = [np.asarray(values_by_level[level], dtype=float) for level in levels]
+    point = first_crossing(levels, np.array([[np.median(d)] for d in data]), factor)[0]
+    rng = np.random.default_rng(seed)
+    medians = np.array([np.median(d[rng.integers(0, d.size, (resamples, d.size))], axis=1) for d in data])
+    knees = first_crossing(levels, medians, factor)
+    tail = (1.0 - confidence) / 2
+    low = float(np.quantile(knees, tail, method="lower"))
+    high = float(np.quantile(knees, 1.0 - tail, method="higher"))
+    return KneeEstimate(None if np.isinf(point) else float(point), None if np.isinf(low) else low,
+                        None if np.isinf(high) else high, len(levels))

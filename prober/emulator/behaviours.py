@@ -70,8 +70,10 @@ class Timing:
         self.first_token_delay_s = scenario.first_token_delay_ms / 1000
         self.prefill_s_per_token = scenario.prefill_ms_per_token / 1000
         self.token_interval_s = 1 / scenario.decode_tokens_per_s
+        self.server_timings = scenario.server_timings
 
     def apply(self, request: GenRequest, plan: ResponsePlan, state: ServerState) -> None:
+        plan.server_timings = self.server_timings
         plan.first_token_delay_s = self.first_token_delay_s
         plan.prefill_s = self.prefill_s_per_token * (request.input_tokens - plan.cached_prompt_tokens)
         plan.token_interval_s = self.token_interval_s

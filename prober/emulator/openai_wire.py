@@ -177,10 +177,29 @@ class Encoder:
     def stream_error(self, kind: ErrorKind) -> bytes:
         return b"data: " + _dumps(_error_body(kind, _ERRORS[kind][3])) + b"\n\n"
 
+    def _timings(self) -> dict[str, Any]:
+        """llama-server's `timings` with the plan's own values: prompt_ms runs from the slot grant
+        to the first token (the queue before the grant is left out, as llama-server leaves it out)."""
+        plan = self.plan
+        prompt_n = max(plan.usage.input_tokens - plan.cached_prompt_tokens, 0)
+        prompt_ms = (plan.first_token_delay_s + plan.prefill_s) * 1000
+        predicted_n = len(plan.tokens)
+        predicted_ms = max(predicted_n - 1, 0) * plan.token_interval_s * 1000
+        return {"cache_n": plan.cached_prompt_tokens, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+                "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+                "prompt_per_second": prompt_n * 1000 / prompt_ms if prompt_ms else 0.0,
+                "predicted_n": predicted_n, "predicted_ms": predicted_ms,
+                "predicted_per_token_ms": predicted_ms / predicted_n if predicted_n else 0.0,
+                "predicted_per_second": predicted_n * 1000 / predicted_ms if predicted_ms else 0.0}
+
     def epilogue(self) -> bytes:
+        # llama-server attaches `timings` to the last chunk: the usage chunk when there is one.
+        timings = b',"timings":' + _dumps(self._timings()) if self.plan.server_timings else b""
+        if not self.request.include_usage:
+            finish = self._choice_chunk(b"{}", self.finish_reason)
+            return (finish[:-3] + timings + b"}\n\n" if timings else finish) + b"data: [DONE]\n\n"
         out = self._choice_chunk(b"{}", self.finish_reason)
-        if self.request.include_usage:
-            out += self._chunk_head + b'],"usage":' + _dumps(self._usage()) + b"}\n\n"
+        out += self._chunk_head + b'],"usage":' + _dumps(self._usage()) + timings + b"}\n\n"
         return out + b"data: [DONE]\n\n"
 
     def message(self) -> bytes:
@@ -190,6 +209,7 @@ class Encoder:
             "choices": [{"index": 0, "message": self._message(), "logprobs": None,
                          "finish_reason": self.finish_reason}],
             "usage": self._usage(), "system_fingerprint": self.plan.system_fingerprint,
+            **({"timings": self._timings()} if self.plan.server_timings else {}),
         })
 
     def _message(self) -> dict[str, Any]:

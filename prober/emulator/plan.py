@@ -104,6 +104,7 @@ class ResponsePlan:
     # request's ground-truth record (e.g. {"nondeterminism": {"forked_at_token": 12, ...}}).
     truth: dict[str, Any] = field(default_factory=dict)
     cached_prompt_tokens: int = 0        # prompt tokens served from a prompt cache: prefill skips them
+    server_timings: bool = False         # report llama-server-style `timings` (OpenAI route)
     # Callbacks behaviours register: run when the first content token is written (a non-streaming
     # body counts as written with all its tokens), and once the request is over, however it ended.
     on_first_token: list[Callable[[], None]] = field(default_factory=list)

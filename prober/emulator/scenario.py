@@ -169,6 +169,9 @@ class Scenario(_Strict):
     seed: int = 0
     cache_usage_fields: bool = Field(True, description="usage reports the cache (Anthropic cache_* fields, "
                                                        "OpenAI prompt_tokens_details); false: absent")
+    server_timings: bool = Field(False, description="OpenAI route: report llama-server's `timings` object "
+                                 "(prompt_ms: slot granted to first token, queueing excluded) on the last "
+                                 "chunk, or the body's top level")
     faults: Faults = Field(default_factory=Faults)
     nondeterminism: Nondeterminism = Field(default_factory=Nondeterminism)
     cache: CacheScenario = Field(default_factory=CacheScenario)
