@@ -8,6 +8,7 @@ a nonce so that no prefix cache can flatter the numbers.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import Counter
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from prober.core import stats
 from prober.core.declarations import Chart, MetricFamily
 from prober.core.records import ChatRequest, Metric, SampleRow, labels_key
 from probes import load
-from probes.arrivals import ArrivalKind
+from probes.arrivals import ARRIVAL_KINDS, ArrivalKind
 from probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext
 from probes.prompts import filler_words, nonce
 from probes.shapes import RequestShape, RequestShapeParams
@@ -41,7 +42,8 @@ class LatencyParams(RequestShapeParams):
     itl_threshold_ms: float = Field(200.0, gt=0)
     # Open-loop load (probes/load.py): "closed" runs `levels`; "constant", "poisson" and "gamma"
     # send `rates` (requests per second) on a seeded schedule; "sweep" searches for the capacity.
-    arrival: Literal["closed", "constant", "poisson", "gamma", "sweep"] = "closed"
+    # "trace": the requests of `trace_file` at its time-scaled arrival times (probes/shapes.py).
+    arrival: Literal["closed", "constant", "poisson", "gamma", "sweep", "trace"] = "closed"
     rates: list[float] = Field(default_factory=list, description="requests per second per open-loop level; "
                                "sweep: the first rate tried (default 1)")
     burstiness: float = Field(1.0, gt=0, description="gamma shape of the inter-arrival times: 1 is Poisson, "
@@ -81,6 +83,12 @@ class LatencyParams(RequestShapeParams):
             raise ValueError(f"arrival = {self.arrival!r} needs rates (requests per second)")
         return self
 
+    @model_validator(mode="after")
+    def _trace_file_with_trace_arrival(self) -> LatencyParams:
+        if (self.arrival == "trace") != (self.trace_file is not None):
+            raise ValueError('arrival = "trace" and trace_file go together: give both or neither')
+        return self
+
 
 def output_tokens(row: SampleRow) -> int:
     """Output tokens as the wire reported them; the count of content chunks when it did not."""
@@ -105,7 +113,7 @@ class LatencyProbe(Probe[LatencyParams]):
         "goodput", "knee_concurrency", "service_tier_requests",
         # open-loop levels (probes/load.py)
         "achieved_rate_rps", "scheduled_rate_rps", "send_lag_p50_ms", "send_lag_p99_ms", "inflight_p50",
-        "inflight_max", "concurrency_capped", "client_limited", "capacity_rps",
+        "inflight_max", "concurrency_capped", "client_limited", "capacity_rps", "knee_rate_rps",
         # probes/ttft_split.py
         *TTFT_SPLIT_METRICS})
     label_params: ClassVar[dict[str, str]] = {"levels": "concurrency", "rates": "rate_rps"}
@@ -128,6 +136,9 @@ class LatencyProbe(Probe[LatencyParams]):
 
         if params.arrival == "sweep":
             await load.run_sweep(ctx, params, make_request)
+            return
+        if params.arrival == "trace":
+            await replay_trace(ctx, params)
             return
         if params.arrival != "closed":
             for rate in params.rates:
@@ -161,6 +172,7 @@ class LatencyProbe(Probe[LatencyParams]):
             collected.add(name, value, labels, n, unit, ci)
 
         ttft_by_level: dict[float, list[float]] = {}
+        ttft_by_rate: dict[float, list[float]] = {}
         open_steps: dict[float, list[SampleRow]] = {}
         for level_labels, rows in sorted(by_level.values(), key=lambda item: _level_order(item[0])):
             first_metric = len(collected.metrics)
@@ -211,6 +223,8 @@ class LatencyProbe(Probe[LatencyParams]):
                 if load.add_client_metrics(collected, rows, level_labels, params):
                     for metric in collected.metrics[first_metric:]:
                         metric.flags = [*(metric.flags or []), load.CLIENT_LIMITED]
+                else:      # a level the client did not keep says nothing of the server's knee
+                    ttft_by_rate[float(level_labels["rate_rps"])] = ttft
 
         if params.arrival == "closed":
             # The knee: the lowest level whose TTFT p50 is more than twice the first level's.
@@ -218,6 +232,10 @@ class LatencyProbe(Probe[LatencyParams]):
             collected.add("knee_concurrency", knee.value, {}, knee.n, "requests", (knee.low, knee.high))
         elif params.arrival == "sweep":
             load.add_capacity(collected, open_steps, params)
+        elif params.arrival in ARRIVAL_KINDS and len(ttft_by_rate) > 1:
+            knee = stats.knee_interval(ttft_by_rate)
+            collected.add("knee_rate_rps", knee.value, {"arrival": params.arrival}, knee.n, "requests/s",
+                          (knee.low, knee.high))
         return collected.metrics
 
     def charts(self, latest: Sequence[dict[str, Any]]) -> list[Chart]:
@@ -245,9 +263,39 @@ def _level_order(labels: dict[str, Any]) -> tuple[str, float]:
     return str(labels.get("arrival", "")), float(labels.get("concurrency", labels.get("rate_rps", 0)))
 
 
+async def replay_trace(ctx: ProbeContext, params: LatencyParams) -> None:
+    """arrival = "trace": every request of the trace (those due within `duration_s` when it is
+    set) at its time-scaled offset, with the trace's own lengths; one open-loop level labelled
+    with the trace's mean rate, so that the client's verdict and the charts treat it like any.
+    The `warmup` requests (the trace's first ones, stored as phase=warmup) go first."""
+    trace = params.trace() or []
+    if params.duration_s is not None:
+        trace = [request for request in trace if request.offset_s < params.duration_s]
+    span = trace[-1].offset_s - trace[0].offset_s if trace else 0.0
+    rate = (len(trace) - 1) / span if span > 0 else 0.0
+    labels = {**load.level_labels("trace", rate), "phase": "measure"}
+
+    def make_request(i: int) -> ChatRequest:
+        request = trace[i]
+        return shaped_request(RequestShape(request.input_tokens, request.output_tokens, source=request.source),
+                              params.temperature)
+
+    if params.warmup:        # opens the connections the replay's first requests would wait for
+        await ctx.closed_loop(concurrency=params.warmup, count=min(params.warmup, len(trace)),
+                              make_request=make_request, case="trace", labels={**labels, "phase": "warmup"},
+                              title="latency trace warm-up")
+    await ctx.open_loop(offsets_s=[request.offset_s for request in trace], make_request=make_request,
+                        max_concurrency=params.max_concurrency, case="trace", labels=labels,
+                        title=f"latency trace x{params.time_scale:g} ({len(trace)} requests)")
+
+
+# Built at send time under open-loop load: each length's filler once, not once per request.
+_filler = functools.lru_cache(maxsize=4096)(filler_words)
+
+
 def shaped_request(shape: RequestShape, temperature: float) -> ChatRequest:
     """A streamed request of `shape`, its lengths kept with the sample (extra.shape)."""
-    text = shape.prompt if shape.prompt is not None else f"{filler_words(shape.input_tokens)}\n\nWrite a short story."
+    text = shape.prompt if shape.prompt is not None else f"{_filler(shape.input_tokens)}\n\nWrite a short story."
     return ChatRequest(
         messages=[{"role": "user", "content": f"[{nonce()}] {text}"}],
         # An answer of 0 tokens cannot be asked for: a dataset's 0 becomes the shortest answer.

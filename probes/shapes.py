@@ -72,19 +72,19 @@ class LengthShape(BaseModel):
             raise ValueError(f"normal length: min ({self.min}) is above max ({self.max})")
         return self
 
-    def draw(self, rng: np.random.Generator) -> int:
+    def draw(self, rng: np.random.Generator, count: int) -> list[int]:
         if self.kind == "fixed":
             assert self.value is not None            # the validator made sure
-            return self.value
+            return [self.value] * count
         if self.kind == "uniform":
             assert self.low is not None and self.high is not None
-            return int(rng.integers(self.low, self.high, endpoint=True))
+            return [int(v) for v in rng.integers(self.low, self.high, count, endpoint=True)]
         assert self.mean is not None and self.std is not None
-        drawn = max(self.min, round(float(rng.normal(self.mean, self.std))))
-        return drawn if self.max is None else min(drawn, self.max)
+        drawn = np.clip(np.rint(rng.normal(self.mean, self.std, count)), self.min, self.max)
+        return [int(v) for v in drawn]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RequestShape:
     """One request's lengths; `prompt` set when a dataset gave the text itself."""
 
@@ -123,23 +123,38 @@ class TraceRequest:
 
 
 class ShapeSampler:
-    """Request i's shape from (seed, i): the same index gets the same shape however many are drawn."""
+    """Request i's shape from (seed, i): the same index gets the same shape however many are
+    drawn, and in whatever order. Shapes are drawn a block of indices at a time, from a generator
+    seeded by (seed, block), so that a request costs the client next to nothing at send time."""
+
+    BLOCK = 256
 
     def __init__(self, *, input_shape: LengthShape, output_shape: LengthShape,
                  dataset: list[DatasetRow] | None = None, seed: int = 0) -> None:
         self.input_shape, self.output_shape = input_shape, output_shape
         self.dataset, self.seed = dataset, seed
+        self._blocks: dict[int, list[RequestShape]] = {}
 
     def shape(self, index: int) -> RequestShape:
-        rng = np.random.default_rng([self.seed, index])
+        block, offset = divmod(index, self.BLOCK)
+        shapes = self._blocks.get(block)
+        if shapes is None:
+            shapes = self._blocks[block] = self._draw_block(block)
+        return shapes[offset]
+
+    def _draw_block(self, block: int) -> list[RequestShape]:
+        rng = np.random.default_rng([self.seed, block])
         if not self.dataset:
-            return RequestShape(self.input_shape.draw(rng), self.output_shape.draw(rng))
-        row = self.dataset[int(rng.integers(len(self.dataset)))]
-        output = row.output_tokens if row.output_tokens is not None else self.output_shape.draw(rng)
-        if row.prompt is not None:
-            return RequestShape(row.input_tokens or 0, output, prompt=row.prompt, source=row.source)
-        assert row.input_tokens is not None           # a row without a prompt has its lengths
-        return RequestShape(row.input_tokens, output, source=row.source)
+            return [RequestShape(i, o) for i, o in zip(self.input_shape.draw(rng, self.BLOCK),
+                                                       self.output_shape.draw(rng, self.BLOCK), strict=True)]
+        picks = rng.integers(len(self.dataset), size=self.BLOCK)
+        outputs = self.output_shape.draw(rng, self.BLOCK)
+        shapes = []
+        for pick, drawn_output in zip(picks, outputs, strict=True):
+            row = self.dataset[int(pick)]
+            output = row.output_tokens if row.output_tokens is not None else drawn_output
+            shapes.append(RequestShape(row.input_tokens or 0, output, prompt=row.prompt, source=row.source))
+        return shapes
 
 
 def _read_lines(path: str | os.PathLike[str], what: str) -> tuple[Path, list[str]]:
