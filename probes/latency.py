@@ -53,7 +53,10 @@ class LatencyParams(RequestShapeParams):
     duration_s: float | None = Field(None, gt=0, description="open loops: seconds of arrivals per level, "
                                      "instead of requests_per_level")
     seed: int = Field(0, description="seed of the arrival schedules: the same seed, the same schedule")
-    client_limited_send_lag_ms: float = Field(10.0, gt=0, description="an open-loop level whose send lag "
+    # 20 ms, as the event-loop lag that marks a saturated client (prober/looplag.py): on a shared
+    # 2-core machine a quiet client's p99 over 60 requests reached 9-11 ms (a GIL hand-over to the
+    # sample queue's feeder thread costs up to 5 ms), so a tighter default flags ordinary noise.
+    client_limited_send_lag_ms: float = Field(20.0, gt=0, description="an open-loop level whose send lag "
                                               "p99 is above this is client_limited (never judged)")
     error_rate_threshold: float = Field(0.01, ge=0, le=1, description="sweep: the highest error share a "
                                         "rate may have and still count as met")
@@ -223,7 +226,7 @@ class LatencyProbe(Probe[LatencyParams]):
                 if load.add_client_metrics(collected, rows, level_labels, params):
                     for metric in collected.metrics[first_metric:]:
                         metric.flags = [*(metric.flags or []), load.CLIENT_LIMITED]
-                else:      # a level the client did not keep says nothing of the server's knee
+                else:      # only levels the client kept speak of the server's knee
                     ttft_by_rate[float(level_labels["rate_rps"])] = ttft
 
         if params.arrival == "closed":

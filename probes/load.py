@@ -27,7 +27,7 @@ from probes.base import MetricCollector, ProbeContext
 if TYPE_CHECKING:
     from probes.latency import LatencyParams
 
-CLIENT_LIMITED = "client_limited"
+CLIENT_LIMITED = stats.CLIENT_LIMITED
 # A level whose achieved send rate is below this share of its schedule's own rate was not kept.
 MIN_ACHIEVED_SHARE = 0.95
 # The rate the capacity search starts from when `rates` names none.
@@ -175,10 +175,13 @@ def add_client_metrics(collected: MetricCollector, rows: Sequence[SampleRow], la
 
 def add_capacity(collected: MetricCollector, steps: dict[float, list[SampleRow]], params: LatencyParams) -> None:
     """`capacity_rps`: the bracket's low end, with the bracket as its interval (high end None when
-    no step up to sweep_max_rps failed); flagged client_limited where the client ended the search."""
+    no step up to sweep_max_rps failed); flagged client_limited where the step that failed at the
+    bracket's high end (or, nothing passing, the lowest step) failed because the client could not
+    keep it: then the bracket is the client's, not the server's."""
     passed = {rate: step_passes(rows, params) for rate, rows in steps.items()}
     bounds = capacity_bracket(passed)
-    limited = any(client_verdict(rows, params).limited for rows in steps.values())
+    deciding = (bounds[1] if bounds is not None else min(steps, default=None))
+    limited = deciding is not None and client_verdict(steps[deciding], params).limited
     flags = [CLIENT_LIMITED] if limited else None
     if bounds is None:
         collected.add("capacity_rps", None, {}, len(steps), "requests/s", flags=flags)

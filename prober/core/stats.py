@@ -42,12 +42,17 @@ def median(values: Sequence[float]) -> float | None:
 
 # Why a metric must not be judged: its sample cannot bound the percentile's 95% interval.
 INTERVAL_UNBOUNDED = "interval_unbounded"
+# Why a metric must not be judged: the client did not keep its open-loop level's schedule (probes/load.py).
+CLIENT_LIMITED = "client_limited"
 
 # What `prober show` and the report say about each flag, and about percentile intervals. The
 # coverages are those measured by simulation (tests/core/test_percentile_intervals.py).
 FLAG_NOTES = {
     INTERVAL_UNBOUNDED: "too few requests to bound the percentile's 95% interval (p50 needs 6, p90 36, "
                         "p99 368): shown, never judged by an SLO or a drift test",
+    CLIENT_LIMITED: "the client did not keep this open-loop level's schedule (send lag p99 over the limit, or "
+                    "achieved rate under 95% of the schedule's): it measured itself, so never judged by an SLO "
+                    "or a drift test",
 }
 PERCENTILE_INTERVAL_NOTE = ("95% CI of a percentile: distribution-free, from order statistics with the request "
                             "as the unit (coverage at least 95%; 95.6-97.1% measured); ITL: a bootstrap over "

@@ -50,3 +50,31 @@ def test_local_start_then_latency_suite(tmp_path):
         stopped = prober("local", "stop", "--port", str(port), cwd=tmp_path)
         assert stopped.returncode == 0
     assert prober("local", "status", "--port", str(port), cwd=tmp_path).returncode == 1
+
+
+def test_an_open_loop_level_completes_and_stores_every_sample(tmp_path, llama_servers):
+    from prober.core.config import ProberConfig
+    from prober.runner import Runner
+
+    server = llama_servers.get()
+    config = ProberConfig.model_validate({
+        "store": {"url": f"sqlite:///{tmp_path}/p.db"},
+        "runner": {"progress": False},
+        "targets": {"local": {"protocol": "openai", "base_url": server.base_url, "model": "SmolLM2-135M-Instruct"}},
+    })
+    result = Runner(config).run("latency", ["local"], {"arrival": "poisson", "rates": [4.0], "requests_per_level": 12,
+                                                       "warmup": 1, "max_tokens": 16, "input_tokens": 32})
+    assert result.exit_code == 0, result.problems
+    store = Store.open(f"sqlite:///{tmp_path}/p.db")
+    try:
+        rows = store.samples(result.run_id)
+        metrics = {m["name"]: m for m in store.metrics(result.run_id)
+                   if m["labels"] == {"arrival": "poisson", "rate_rps": 4.0}}
+    finally:
+        store.close()
+    # 12 measured and 1 warm-up request, each stored once with its place in the schedule.
+    assert len(rows) == 13 and [r for r in rows if r["error_type"]] == []
+    assert sorted(r["labels"]["phase"] for r in rows).count("measure") == 12
+    assert all(r["ttft_ms"] is not None and r["usage"] for r in rows)
+    assert all(r["extra"]["send_lag_ms"] >= 0 and "scheduled_offset_ms" in r["extra"] for r in rows)
+    assert metrics["ttft_p50_ms"]["n"] == 12 and metrics["achieved_rate_rps"]["value"] > 0

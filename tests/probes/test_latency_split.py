@@ -54,3 +54,25 @@ def test_charts_plot_ttft_and_itl_apart_against_concurrency_or_rate():
     assert [c.x for c in charts] == ["rate_rps"] * 3
     assert charts[2].metrics == ("ttft_p50_ms", "ttft_queue_p50_ms", "prefill_p50_ms")
     assert {c.x_label for c in charts} == {"requests per second"}
+
+
+def _open_row(rate, i, ttft, send_lag_ms=0.5):
+    row = _row(0, ttft, {"prompt_ms": 5.0}, scheduled_offset_ms=i * 1000 / rate, send_lag_ms=send_lag_ms,
+               inflight_at_send=1)
+    row["labels"] = {"arrival": "poisson", "rate_rps": rate, "phase": "measure"}
+    return row
+
+
+def test_open_loop_rates_get_a_knee_with_its_interval_from_the_levels_the_client_kept():
+    rows = [_open_row(1.0, i, 50.0 + i % 5) for i in range(20)]
+    rows += [_open_row(2.0, i, 60.0 + i % 5) for i in range(20)]
+    rows += [_open_row(4.0, i, 300.0 + i % 5) for i in range(20)]
+    rows += [_open_row(8.0, i, 900.0 + i % 5, send_lag_ms=80.0) for i in range(20)]   # client-limited
+    metrics = LatencyProbe().summarize(rows, LatencyParams(arrival="poisson", rates=[1, 2, 4, 8]),
+                                       run_id="r", target="t")
+    (knee,) = [m for m in metrics if m.name == "knee_rate_rps"]
+    assert (knee.value, knee.ci_low, knee.ci_high, knee.n) == (4.0, 4.0, 4.0, 3)
+    assert knee.labels == {"arrival": "poisson"}
+    limited = {m.labels["rate_rps"]: m.value for m in metrics if m.name == "client_limited"}
+    assert limited == {1.0: 0.0, 2.0: 0.0, 4.0: 0.0, 8.0: 1.0}
+    assert not [m for m in metrics if m.name == "knee_concurrency"]
