@@ -26,7 +26,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, 
 
 from prober.core.errors import ConfigError
 from probes.base import ProbeParams
+from suites.datasets import json_lines, read_lines
 
 # The keys a line may name each quantity with, in the order they are looked for.
 _INPUT_KEYS = ("input_tokens", "input_length", "ContextTokens")
@@ -157,34 +157,16 @@ class ShapeSampler:
         return shapes
 
 
-def _read_lines(path: str | os.PathLike[str], what: str) -> tuple[Path, list[str]]:
-    path = Path(path).expanduser()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: {what} file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read {what} file: {exc}") from None
-    return path, text.splitlines()
-
-
 def _records(path: str | os.PathLike[str], what: str) -> list[tuple[str, dict[str, Any]]]:
     """(where, object) per non-blank line of a JSONL file, or per row of an Azure-layout CSV."""
-    path, lines = _read_lines(path, what)
+    path, lines = read_lines(path, what)
     first = next((line for line in lines if line.strip()), None)
     if first is None:
         raise ConfigError(f"{path}: the {what} file has no requests")
     if not first.lstrip().startswith("{"):
         return _csv_records(path, lines)
     records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}: line {number}"
-        try:
-            raw = json.loads(line)
-        except ValueError as exc:
-            raise ConfigError(f"{where}: not valid JSON ({exc})") from None
+    for where, raw in json_lines(path, lines):
         if not isinstance(raw, dict):
             raise ConfigError(f"{where}: each line must be a JSON object")
         records.append((where, raw))

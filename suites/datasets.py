@@ -47,25 +47,38 @@ def _item(raw: object, where: str) -> LabelledItem:
     return LabelledItem(id=raw["id"], input=raw["input"], label=raw["label"], choices=choices)
 
 
-def load_labelled_jsonl(path: str | os.PathLike[str]) -> list[LabelledItem]:
-    """The items of a JSONL dataset, in file order; blank lines are skipped."""
+def read_lines(path: str | os.PathLike[str], what: str = "dataset") -> tuple[Path, list[str]]:
+    """A data file's path and lines; a missing or unreadable file is a ConfigError naming it."""
     path = Path(path).expanduser()
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        return path, path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        raise ConfigError(f"{path}: dataset file not found") from None
+        raise ConfigError(f"{path}: {what} file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read dataset: {exc}") from None
-    items: list[LabelledItem] = []
-    seen: set[str] = set()
+        raise ConfigError(f"{path}: cannot read {what}: {exc}") from None
+
+
+def json_lines(path: Path, lines: list[str]) -> list[tuple[str, object]]:
+    """("FILE: line N", the parsed value) per non-blank line; a line that is not JSON is a
+    ConfigError naming it."""
+    parsed = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         where = f"{path}: line {number}"
         try:
-            raw = json.loads(line)
+            parsed.append((where, json.loads(line)))
         except ValueError as exc:
             raise ConfigError(f"{where}: not valid JSON ({exc})") from None
+    return parsed
+
+
+def load_labelled_jsonl(path: str | os.PathLike[str]) -> list[LabelledItem]:
+    """The items of a JSONL dataset, in file order; blank lines are skipped."""
+    path, lines = read_lines(path)
+    items: list[LabelledItem] = []
+    seen: set[str] = set()
+    for where, raw in json_lines(path, lines):
         item = _item(raw, where)
         if item.id in seen:
             raise ConfigError(f"{where}: id {item.id!r} used twice")

@@ -169,7 +169,7 @@ def test_a_missing_or_bad_dataset_is_one_clear_config_error(tmp_path):
     with pytest.raises(ConfigError, match=r"line 1: no input_tokens / input_length / ContextTokens"):
         load_dataset(_write(tmp_path / "d.jsonl", [{"output_tokens": 3}]))
     (tmp_path / "bin.jsonl").write_bytes(b"\xff\xfe\x00")
-    with pytest.raises(ConfigError, match=r"bin.jsonl: cannot read dataset file"):
+    with pytest.raises(ConfigError, match=r"bin.jsonl: cannot read dataset"):
         load_dataset(tmp_path / "bin.jsonl")
 
 
