@@ -298,7 +298,7 @@ _filler = functools.lru_cache(maxsize=4096)(filler_words)
 
 def shaped_request(shape: RequestShape, temperature: float) -> ChatRequest:
     """A streamed request of `shape`, its lengths kept with the sample (extra.shape)."""
-    text = shape.prompt if shape.prompt is not None else f"{_filler(shape.input_tokens)}\n\nWrite a short story."
+    text = shape.prompt if shape.prompt is not None else f"{_filler(shape.input_tokens or 0)}\n\nWrite a short story."
     return ChatRequest(
         messages=[{"role": "user", "content": f"[{nonce()}] {text}"}],
         # An answer of 0 tokens cannot be asked for: a dataset's 0 becomes the shortest answer.

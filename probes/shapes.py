@@ -86,17 +86,19 @@ class LengthShape(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class RequestShape:
-    """One request's lengths; `prompt` set when a dataset gave the text itself."""
+    """One request's lengths; `prompt` set when a dataset gave the text itself (its length in
+    tokens then None unless the line gave it: the endpoint's usage counts it)."""
 
-    input_tokens: int
+    input_tokens: int | None
     output_tokens: int
     prompt: str | None = None
     source: str = "drawn"          # "drawn", or "FILE:LINE" for a dataset or trace line
 
     def as_extra(self) -> dict[str, Any]:
         """What a sample stores of its shape, enough to send the same request again."""
-        record: dict[str, Any] = {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                                  "source": self.source}
+        record: dict[str, Any] = {"output_tokens": self.output_tokens, "source": self.source}
+        if self.input_tokens is not None:       # absent, not 0, when only the prompt is known
+            record["input_tokens"] = self.input_tokens
         if self.prompt is not None:
             record["prompt_chars"] = len(self.prompt)
         return record
@@ -153,7 +155,7 @@ class ShapeSampler:
         for pick, drawn_output in zip(picks, outputs, strict=True):
             row = self.dataset[int(pick)]
             output = row.output_tokens if row.output_tokens is not None else drawn_output
-            shapes.append(RequestShape(row.input_tokens or 0, output, prompt=row.prompt, source=row.source))
+            shapes.append(RequestShape(row.input_tokens, output, prompt=row.prompt, source=row.source))
         return shapes
 
 

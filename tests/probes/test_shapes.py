@@ -99,8 +99,12 @@ def test_a_dataset_gives_lengths_or_prompts_drawn_evenly_with_replacement(tmp_pa
     shapes = [sampler.shape(i) for i in range(N)]
     counts = np.bincount([rows.index(next(r for r in rows if r.source == s.source)) for s in shapes], minlength=4)
     assert sps.chisquare(counts).pvalue > 0.001
-    # A prompt without its own answer length takes the output shape's.
-    assert {s.output_tokens for s in shapes if s.prompt == "Name three birds."} == {99}
+    # A prompt without its own answer length takes the output shape's; its input length is left
+    # absent (the endpoint's usage counts it), not stored as 0.
+    birds = next(s for s in shapes if s.prompt == "Name three birds.")
+    assert birds.as_extra() == {"output_tokens": 99, "source": "shapes.jsonl:5", "prompt_chars": 17}
+    request = shaped_request(birds, 0.0)
+    assert request.messages[0]["content"].endswith("] Name three birds.") and request.max_tokens == 99
 
 
 def test_a_shaped_request_sends_its_lengths_and_stores_them(tmp_path):
