@@ -5,8 +5,9 @@ the client) is prefill plus everything before it: the wait for a slot (queueing,
 grows under load), the transport and the client's own overhead. llama-server reports it as
 `timings.prompt_ms` on the last chunk (from the slot's start to the end of the prompt: the queue
 is left out), which the OpenAI adapter keeps in the sample's `extra["timings"]`. vLLM and SGLang
-report no per-request timings in the response (only in their Prometheus histograms), so their
-samples get no split and no split metrics.
+report no per-request timings in the response, only in their Prometheus histograms
+(vllm:request_queue_time_seconds, ...; a response field is proposed in vllm-project/vllm#36383 and
+#40076, both open), so their samples get no split and no split metrics.
 """
 
 from __future__ import annotations
