@@ -116,6 +116,8 @@ class LatencyProbe(Probe[LatencyParams]):
         MetricFamily("ttft_ms", "latency", bad_direction=1, metrics=("ttft_p50_ms",)),
         MetricFamily("e2e_ms", "latency", bad_direction=1, metrics=("e2e_p50_ms",)),
         MetricFamily("itl_ms", "latency", bad_direction=1, metrics=("itl_p50_ms",)),
+        # A sweep's capacity at the entry's thresholds: a fall is the regression.
+        MetricFamily("capacity_rps", "latency", bad_direction=-1),
     )
     pooled_labels = frozenset({"concurrency", "rate_rps"})
 
