@@ -10,6 +10,7 @@ from prober.core.config import ProberConfig
 from prober.runner import Runner
 from probes.arrivals import schedule
 from store import Store
+from tests.support.cli import prober
 from tests.support.emulated import emulator_process, ground_truth
 from tests.support.timing import CLIENT_MEDIAN_RATIO, assert_on_time, reference_lateness, timing_sensitive
 
@@ -167,6 +168,12 @@ def test_a_starved_client_is_flagged_client_limited_and_never_judged(tmp_path):
                if m["name"] not in ("client_loop_lag_p99_ms", "client_saturated"))
     lag = {m["name"]: m["value"] for m in level}
     assert lag["send_lag_p99_ms"] > 20
+    # `prober show` marks the level's figures and says why.
+    shown = prober("show", starved[0]["run_id"], "--db", f"sqlite:///{tmp_path}/starved/prober.db", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert any("rate_rps=50.0" in line and "client_limited" in line and "1 !" in line
+               for line in shown.stdout.splitlines())
+    assert "! client_limited: the client did not keep this open-loop level's schedule" in " ".join(shown.stdout.split())
     # No SLO rule judges a flagged level, however far over its threshold it is.
     rules = [SloRule.model_validate({"name": "ttft", "metric": "ttft_p50_ms", "threshold": 0.001})]
     assert check_run(rules, starved, {"id": "x", "suite": "latency"}) == []
