@@ -59,8 +59,8 @@ class LatencyParams(ProbeParams):
     sweep_arrival: ArrivalKind = "poisson"
     sweep_resolution: float = Field(0.1, gt=0, description="sweep: bisect until the bracket is narrower "
                                     "than this share of its low end")
-    sweep_min_rps: float = Field(0.05, gt=0)
-    sweep_max_rps: float = Field(10_000.0, gt=0)
+    sweep_min_rps: float = Field(0.05, gt=0, description="sweep: halving stops below this rate")
+    sweep_max_rps: float = Field(10_000.0, gt=0, description="sweep: doubling stops above this rate")
 
     @field_validator("levels")
     @classmethod
@@ -162,10 +162,6 @@ class LatencyProbe(Probe[LatencyParams]):
 
         collected = MetricCollector(run_id=run_id, target=target, probe=self.name)
 
-        def add(name: str, value: float | None, labels: dict[str, Any], n: int, unit: str | None,
-                ci: tuple[float | None, float | None] = (None, None)) -> None:
-            collected.add(name, value, labels, n, unit, ci)
-
         ttft_p50_by_level: dict[int, float] = {}
         open_steps: dict[float, list[SampleRow]] = {}
         for level_labels, rows in sorted(by_level.values(), key=lambda item: _level_order(item[0])):
@@ -194,15 +190,15 @@ class LatencyProbe(Probe[LatencyParams]):
                     if decode_s > 0:
                         per_request_tps.append((tokens - 1) / decode_s)
             collected.percentile("output_tps_per_request_p50", per_request_tps, 50, level_labels, "tokens/s")
-            add("output_tps_total", _total_throughput(ok), level_labels, n_ok, "tokens/s")
+            collected.add("output_tps_total", _total_throughput(ok), level_labels, n_ok, "tokens/s")
 
             errors = n_all - n_ok
             share, low, high = stats.proportion(errors, n_all)
-            add("error_rate", share, level_labels, n_all, "ratio", (low, high))
+            collected.add("error_rate", share, level_labels, n_all, "ratio", (low, high))
 
             good = sum(1 for r in ok if _meets_thresholds(r, params))
             share, low, high = stats.proportion(good, n_all)
-            add("goodput", share, level_labels, n_all, "ratio", (low, high))
+            collected.add("goodput", share, level_labels, n_all, "ratio", (low, high))
             # The tier that served each request: a night moved to another tier explains a latency
             # drift. Its own series per tier, so the level's other series keep one identity.
             tiers = Counter(r["service_tier"] for r in ok if r.get("service_tier"))
