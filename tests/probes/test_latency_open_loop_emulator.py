@@ -132,7 +132,7 @@ def test_capacity_search_brackets_the_emulators_capacity_within_its_resolution(t
 
 
 @timing_sensitive
-def test_a_starved_client_is_flagged_client_limited_and_never_judged(tmp_path):
+def test_a_starved_client_is_flagged_client_limited_and_never_judged(tmp_path, capsys):
     from prober.alerting.slo import check_run
     from prober.core.config import SloRule
 
@@ -144,6 +144,7 @@ def test_a_starved_client_is_flagged_client_limited_and_never_judged(tmp_path):
     (tmp_path / "quiet").mkdir(exist_ok=True)
     _, quiet, _ = _run(tmp_path / "quiet", SCENARIO, overrides)
     assert client_limited_levels(quiet) == {50.0: 0.0}
+    assert "did not keep" not in capsys.readouterr().err
 
     # A thread in the client's own process holding the interpreter lock for tens of ms at a time
     # (a builtin sum over a range never lets go of it): the event loop cannot send on time.
@@ -162,6 +163,10 @@ def test_a_starved_client_is_flagged_client_limited_and_never_judged(tmp_path):
         stop.set()
         thread.join()
     assert client_limited_levels(starved) == {50.0: 1.0}
+    # The run says so as it ends, as well as `prober show` afterwards.
+    warned = " ".join(capsys.readouterr().err.split())
+    assert "emu latency {'arrival': 'constant', 'rate_rps': 50.0}: the client did not keep this open-loop " \
+           "level's schedule" in warned
     level = [m for m in starved if m["labels"].get("rate_rps") == 50.0]
     # Every figure of the level is flagged; the runner's event-loop lag beside them is the evidence.
     assert all("client_limited" in (m["flags"] or []) for m in level
