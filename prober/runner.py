@@ -30,9 +30,10 @@ from rich.console import Console
 
 import prober
 from prober.budget import BudgetExhausted, RunBudget
+from prober.core import stats
 from prober.core.config import ProberConfig, TargetConfig
 from prober.core.errors import ConfigError
-from prober.core.records import Metric, Run, utcnow
+from prober.core.records import Metric, Run, labels_key, utcnow
 from prober.core.redact import register_config
 from prober.lease import RunLease, lease_until
 from prober.looplag import LoopLagMonitor
@@ -274,6 +275,14 @@ class Runner:
                 if rows:
                     summary = entry.probe.summarize(rows, entry.params, run_id=run_id, target=target.name)
                     metrics.extend(dataclasses.replace(metric, entry=entry.id) for metric in summary)
+        # Client honesty: an open-loop level whose schedule the client did not keep (its metrics
+        # flagged by the probe) is said so at once, not only in `prober show`.
+        limited = {(m.target, m.probe, labels_key(m.labels)): m.labels for m in metrics
+                   if stats.CLIENT_LIMITED in (m.flags or [])}
+        for (target_name, probe_name, _), labels in limited.items():
+            self.console.print(f"warning: {target_name} {probe_name} {labels}: the client did not keep this "
+                               f"open-loop level's schedule; its figures are flagged {stats.CLIENT_LIMITED} and "
+                               f"never judged", markup=False)
         names = {target.name for target in targets}
         # Client honesty: the event-loop lag over each measured loop, reported beside its results.
         for session in (s for s in sessions if s.target.name in names):

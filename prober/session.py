@@ -172,8 +172,9 @@ class TargetSession:
         """Request i is sent at the loop's start + offsets_s[i], whether or not earlier ones finished
         (an open loop does not slow down when the server does, so queueing shows). Beyond
         `max_concurrency` in flight a request waits for one to finish. Every attempt's `extra`
-        gets `scheduled_offset_ms`, `send_lag_ms` (its first attempt's send time minus when it was
-        due: the schedule, or the end of its wait for the cap; what the client itself added),
+        gets `scheduled_offset_ms`, `send_lag_ms` (its first attempt's send time, less a new
+        connection's connect time, minus when it was due: the schedule, or the end of its wait for
+        the cap; what the client itself added),
         `inflight_at_send` (requests in flight then, itself included) and, where it waited for
         the cap, `concurrency_wait_ms`. Returns the final attempts in index order."""
         count = len(offsets_s)
@@ -199,7 +200,10 @@ class TargetSession:
 
             def annotate(exchange: Exchange) -> None:
                 if not first_start_ns:
-                    first_start_ns.append(exchange.start_ns)
+                    # A new connection's connect and TLS handshake (stored as connect_ms) are the
+                    # network's round trips, not the client falling behind: they are left out.
+                    connect_ns = round(float(exchange.extra.get("connect_ms") or 0.0) * 1e6)
+                    first_start_ns.append(exchange.start_ns - connect_ns)
                 exchange.extra.update(extra, send_lag_ms=round((first_start_ns[0] - ready_ns) / 1e6, 3))
 
             try:

@@ -62,7 +62,8 @@ class ProbeContext(Protocol):
         `offsets_s[i]` seconds whatever the earlier ones are doing (probes/arrivals.py makes
         schedules). With `max_concurrency`, a request due while that many are in flight waits for
         one to finish. Each stored attempt's `extra` carries `scheduled_offset_ms`, `send_lag_ms`
-        (when it was sent minus when it was due, the cap's wait excluded: the client's own delay),
+        (when it was sent minus when it was due, the cap's wait and a new connection's connect
+        time excluded: the client's own delay),
         `inflight_at_send` and, where the cap held it back, `concurrency_wait_ms`. The event-loop
         lag over the loop is reported as for `closed_loop`. Returns the final attempts in index
         order; progress is shown under `title`."""

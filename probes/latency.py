@@ -63,8 +63,8 @@ class LatencyParams(RequestShapeParams):
     sweep_arrival: ArrivalKind = "poisson"
     sweep_resolution: float = Field(0.1, gt=0, description="sweep: bisect until the bracket is narrower "
                                     "than this share of its low end")
-    sweep_min_rps: float = Field(0.05, gt=0)
-    sweep_max_rps: float = Field(10_000.0, gt=0)
+    sweep_min_rps: float = Field(0.05, gt=0, description="sweep: halving stops below this rate")
+    sweep_max_rps: float = Field(10_000.0, gt=0, description="sweep: doubling stops above this rate")
 
     @field_validator("levels")
     @classmethod
@@ -128,6 +128,8 @@ class LatencyProbe(Probe[LatencyParams]):
         MetricFamily("ttft_ms", "latency", bad_direction=1, metrics=("ttft_p50_ms",)),
         MetricFamily("e2e_ms", "latency", bad_direction=1, metrics=("e2e_p50_ms",)),
         MetricFamily("itl_ms", "latency", bad_direction=1, metrics=("itl_p50_ms",)),
+        # A sweep's capacity at the entry's thresholds: a fall is the regression.
+        MetricFamily("capacity_rps", "latency", bad_direction=-1),
     )
     pooled_labels = frozenset({"concurrency", "rate_rps"})
 
@@ -170,10 +172,6 @@ class LatencyProbe(Probe[LatencyParams]):
 
         collected = MetricCollector(run_id=run_id, target=target, probe=self.name)
 
-        def add(name: str, value: float | None, labels: dict[str, Any], n: int, unit: str | None,
-                ci: tuple[float | None, float | None] = (None, None)) -> None:
-            collected.add(name, value, labels, n, unit, ci)
-
         ttft_by_level: dict[float, list[float]] = {}
         ttft_by_rate: dict[float, list[float]] = {}
         open_steps: dict[float, list[SampleRow]] = {}
@@ -203,15 +201,15 @@ class LatencyProbe(Probe[LatencyParams]):
                     if decode_s > 0:
                         per_request_tps.append((tokens - 1) / decode_s)
             collected.percentile("output_tps_per_request_p50", per_request_tps, 50, level_labels, "tokens/s")
-            add("output_tps_total", _total_throughput(ok), level_labels, n_ok, "tokens/s")
+            collected.add("output_tps_total", _total_throughput(ok), level_labels, n_ok, "tokens/s")
 
             errors = n_all - n_ok
             share, low, high = stats.proportion(errors, n_all)
-            add("error_rate", share, level_labels, n_all, "ratio", (low, high))
+            collected.add("error_rate", share, level_labels, n_all, "ratio", (low, high))
 
             good = sum(1 for r in ok if _meets_thresholds(r, params))
             share, low, high = stats.proportion(good, n_all)
-            add("goodput", share, level_labels, n_all, "ratio", (low, high))
+            collected.add("goodput", share, level_labels, n_all, "ratio", (low, high))
             # The tier that served each request: a night moved to another tier explains a latency
             # drift. Its own series per tier, so the level's other series keep one identity.
             tiers = Counter(r["service_tier"] for r in ok if r.get("service_tier"))

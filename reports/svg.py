@@ -10,6 +10,7 @@ import datetime as dt
 import math
 from html import escape
 
+from prober.core.stats import INTERVAL_UNBOUNDED
 from reports.plots import Plot, Point
 
 WIDTH, PLOT_HEIGHT = 680, 260
@@ -31,7 +32,7 @@ def fmt(value: float | None) -> str:
 def interval_text(low: float | None, high: float | None, flags: list[str] | None) -> str:
     """A 95% interval as text; a side the sample could not bound reads "unbounded"."""
     if low is None and high is None:
-        return "unbounded" if flags else ""
+        return "unbounded" if flags and INTERVAL_UNBOUNDED in flags else ""   # not for client_limited alone
     return f"{'unbounded' if low is None else fmt(low)} .. {'unbounded' if high is None else fmt(high)}"
 
 

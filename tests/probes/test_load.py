@@ -80,3 +80,15 @@ def test_capacity_metric_carries_its_bracket_and_the_client_limited_flag_of_its_
     assert capacity({10.0: good, 20.0: starved}) == (10.0, 10.0, 20.0, ["client_limited"])
     assert capacity({10.0: good, 20.0: slow, 40.0: starved}) == (10.0, 10.0, 20.0, None)
     assert capacity({10.0: slow}) == (None, None, None, None)
+
+
+def test_capacity_is_a_drift_family_whose_fall_is_bad_and_a_flagged_capacity_is_not_judged():
+    from prober.alerting.drift import run_values
+    from prober.core.probe_registry import metric_family
+
+    family = metric_family("latency", "capacity_rps")
+    assert family is not None and family.kind == "latency" and family.bad_direction == -1
+    row = {"target": "t", "probe": "latency", "name": "capacity_rps", "value": 40.0, "n": 6, "labels": {},
+           "ci_low": 40.0, "ci_high": 44.0, "unit": "requests/s"}
+    assert [identity[2] for identity in run_values([row])] == ["capacity_rps"]
+    assert run_values([{**row, "flags": ["client_limited"]}]) == {}
