@@ -51,7 +51,11 @@ def test_a_replayed_trace_arrives_on_its_scaled_timestamps_with_its_lengths(tmp_
     assert max(deviation) <= max(4 * allowed, 100.0), deviation
     labels = {m["name"]: m["labels"] for m in metrics}
     assert labels["ttft_p50_ms"] == {"arrival": "trace", "rate_rps": round((len(TRACE) - 1) / (2.4 * SCALE), 4)}
-    assert {m["name"]: m["value"] for m in metrics}["client_limited"] == 0.0
+    # The client's verdict is taken on the replay as on any open-loop level (its value depends on
+    # this machine's load: not asserted), against the trace's own scaled rate.
+    value = {m["name"]: m["value"] for m in metrics}
+    assert value["scheduled_rate_rps"] == pytest.approx((len(TRACE) - 1) / (2.4 * SCALE))
+    assert "client_limited" in value and "send_lag_p99_ms" in value
 
 
 def test_trace_arrival_and_trace_file_go_together():
