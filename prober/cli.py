@@ -355,6 +355,31 @@ def history(
 
 
 @app.command()
+def compare(
+    runs: Annotated[list[str] | None, typer.Argument(help="two run ids (or unique prefixes): A, then B")] = None,
+    target: Annotated[list[str] | None, typer.Option("--target", "-t", help="two targets (A, B), or one "
+                                                        "target's two windows with --until")] = None,
+    since: SinceOption = None,
+    until: Annotated[str | None, typer.Option("--until", help="with one --target: A is --since to this, "
+                                                 "B this to now")] = None,
+    suite: Annotated[str | None, typer.Option("--suite", "-s", help="only runs of this suite")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, markdown, json or html")] = "table",
+    out_path: Annotated[Path | None, typer.Option("--out", help="write to this file")] = None,
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Compare two runs, two targets or two windows: every metric both have, the difference with
+    its 95% interval and a test, strongest evidence first (significant: q <= 0.05).
+
+    Example: prober compare 3f2a9c 8b1d07 --format html --out compare.html
+    """
+    from prober.commands.compare import compare_command
+
+    compare_command(_config(config, db), out, err, _shown, runs or [], target or [], since, until, suite, fmt,
+                    out_path)
+
+
+@app.command()
 def export(
     fmt: Annotated[str, typer.Option("--format", "-f", help="csv, parquet or prometheus")],
     out_dir: Annotated[Path, typer.Option("--out", help="directory to write into")] = Path("prober-export"),
