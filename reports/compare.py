@@ -17,9 +17,13 @@ statistics module (prober/core/stats.py), chosen by what a metric row is:
   its variance floor for positive non-shares).
 
 Many metrics are tested at once, so a difference is called significant when its Benjamini-Hochberg
-adjusted p (q) is at most 0.05: across the table, at most 5% of the differences called significant
-are expected to be noise. A metric whose suite entry ran with other parameters or another probe
-version on one side is a different measurement: it is listed apart, never compared.
+adjusted p (q) is at most 0.05 (across the table, at most 5% of the differences called significant
+are expected to be noise) and it reaches the drift tests' minimum effect for its kind (`[drift]
+min_effect`: 20% for a relative change, 0.05 for a share): two runs of one endpoint differ by a
+few percent in latency with the load of the machines on the way, which a request-level
+interval cannot know, and which is not what a comparison is asked to find. A metric whose suite
+entry ran with other parameters or another probe version on one side is a different measurement:
+it is listed apart, never compared.
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ FEWEST_REFERENCE_RUNS = 3
 # (current entry, other entry) -> None when both measured the same thing, else what differs
 # (prober.alerting.baseline.what_changed, handed in by the command layer: reports import no alerting).
 WhatChanged = Callable[[dict[str, Any], dict[str, Any] | None], str | None]
+# (drift kind: "proportion" | "latency" | "paired", metric name) -> the smallest difference worth
+# calling (prober.alerting.drift.min_effect_for over the config's [drift] min_effect).
+MinEffect = Callable[[str, str], float]
 
 Kind = Literal["share", "estimate", "value"]
 
@@ -85,6 +92,7 @@ class Compared:
     low: float | None = None
     high: float | None = None
     test: str = ""
+    min_effect: float = 0.0
     p_value: float | None = None
     q_value: float | None = None
     significant: bool = False
@@ -144,7 +152,7 @@ def _side_rows(store: Store, side: Side) -> list[_Found]:
     return found
 
 
-def compare(store: Store, a: Side, b: Side, what_changed: WhatChanged) -> Comparison:
+def compare(store: Store, a: Side, b: Side, what_changed: WhatChanged, min_effect: MinEffect) -> Comparison:
     """Side `b` against side `a` (the reference): every metric present on both."""
     rows_a, rows_b = _side_rows(store, a), _side_rows(store, b)
     targets_a, targets_b = {f.row["target"] for f in rows_a}, {f.row["target"] for f in rows_b}
@@ -173,8 +181,11 @@ def compare(store: Store, a: Side, b: Side, what_changed: WhatChanged) -> Compar
             continue
         result.compared.append(_compare_metric(target, [f.row for f in found_a], [f.row for f in found_b]))
     for compared, q in zip(result.compared, stats.benjamini_hochberg([c.p_value for c in result.compared])):
+        kind = "proportion" if compared.kind == "share" else "latency" if compared.relative else "paired"
+        compared.min_effect = min_effect(kind, compared.name)
         compared.q_value = q
-        compared.significant = q is not None and not math.isnan(q) and q <= FDR
+        compared.significant = (q is not None and not math.isnan(q) and q <= FDR and compared.difference is not None
+                                and abs(compared.difference) >= compared.min_effect - 1e-12)
     result.compared.sort(key=_evidence)
     result.plots = overlay_plots(store, a, b, by_target)
     return result

@@ -74,7 +74,8 @@ def legend_lines(comparison: Comparison) -> list[str]:
     """What the columns mean, and what was left out (unescaped)."""
     lines = [f"change: B against A, in % where the metric changes by a factor (B / A - 1), else B - A; "
              f"{SIGNIFICANT_MARKER}: significant, Benjamini-Hochberg q <= {FDR:g} over the {len(comparison.compared)} "
-             "metrics compared (reports/compare.py says which test each kind of metric gets); "
+             "metrics compared and at least [drift] min_effect (reports/compare.py says which test each kind "
+             "of metric gets); "
              "flagged: an interval too wide to judge on one side (too few requests)"]
     if comparison.only_a or comparison.only_b:
         lines.append(f"on one side only (not compared): A {', '.join(comparison.only_a) or '-'}; "

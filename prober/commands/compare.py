@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Column, Table
 
 from prober.alerting.baseline import completed_targets, what_changed
+from prober.alerting.drift import min_effect_for
 from prober.core.config import ProberConfig
 from prober.core.errors import ConfigError
 from prober.core.records import utcnow
@@ -59,7 +60,8 @@ def compare_command(cfg: ProberConfig, out: Console, err: Console, shown: Callab
     store = open_store(cfg.store.url, err)
     try:
         side_a, side_b = _sides(store, runs, targets, since, until, suite)
-        comparison = compare(store, side_a, side_b, what_changed)
+        comparison = compare(store, side_a, side_b, what_changed,
+                             lambda kind, metric: min_effect_for(kind, metric, cfg.drift))
     finally:
         store.close()
     for side in (side_a, side_b):
