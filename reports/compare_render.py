@@ -17,6 +17,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from prober.core.controlchars import escape_controls
 from reports.compare import FDR, Compared, Comparison, Side
 from reports.markdown import text
 from reports.plots import label_text
@@ -132,9 +133,16 @@ def render_json(comparison: Comparison) -> str:
 
 # --- HTML --------------------------------------------------------------------------------------
 
+def _visible(value: Any) -> Any:
+    """Control characters in stored text written as escapes (a page may be read with `cat` too);
+    markup built here (the charts) passes as it is."""
+    return escape_controls(value) if isinstance(value, str) and not isinstance(value, Markup) else value
+
+
 _ENV = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
     autoescape=True,
+    finalize=_visible,
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,

@@ -9,6 +9,7 @@ Whether a metric measured the same thing on both sides is the drift baseline's r
 from __future__ import annotations
 
 import datetime as dt
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -127,12 +128,20 @@ def _window_side(store: Store, name: str, target: str, start: dt.datetime | None
 
 
 def _print_table(out: Console, shown: Callable[[Any], str], comparison: Comparison) -> None:
+    width = min(TABLE_WIDTH, out.width)
+
+    def lines(text: str, indent: str = "") -> None:
+        # Escaped first (an escape is longer than its character), then wrapped: rich's markup
+        # escapes only make the printed line shorter.
+        for line in textwrap.wrap(shown(text), width, subsequent_indent=indent + "  ", initial_indent=indent):
+            out.print(line, soft_wrap=True)
+
     for side in (comparison.a, comparison.b):
-        out.print(shown(side_text(side)), soft_wrap=True)
+        lines(side_text(side))
     table = Table(Column("metric", overflow="fold", ratio=1), Column("A", justify="right"),
                   Column("B", justify="right"), Column("change", justify="right", no_wrap=True),
                   Column("95% CI", justify="right"), Column("q", justify="right", no_wrap=True),
-                  box=box.SIMPLE_HEAD, width=min(TABLE_WIDTH, out.width), pad_edge=False)
+                  box=box.SIMPLE_HEAD, width=width, pad_edge=False)
     with_probe = len({c.probe for c in comparison.compared}) > 1
     if not with_probe and comparison.compared:
         table.title = shown(comparison.compared[0].probe)
@@ -145,6 +154,6 @@ def _print_table(out: Console, shown: Callable[[Any], str], comparison: Comparis
         out.print("not comparable (a different measurement on one side):")
         for n in comparison.not_comparable:
             where = f"{n.target} / " if n.target else ""
-            out.print(shown(f"  {where}{n.probe} {n.name} {label_text(n.labels)}: {n.reason}"), soft_wrap=True)
+            lines(f"{where}{n.probe} {n.name} {label_text(n.labels)}: {n.reason}", indent="  ")
     for line in legend_lines(comparison):
-        out.print(shown(line), soft_wrap=True)
+        lines(line)
