@@ -380,6 +380,26 @@ def compare(
 
 
 @app.command()
+def samples(
+    run_id: Annotated[str, typer.Argument(help="run id or a unique prefix of one")],
+    target: Annotated[str | None, typer.Option("--target", "-t", help="only this target")] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", "-l", help="KEY=VALUE label filter; "
+                                                       "repeatable or comma-separated")] = None,
+    errors: Annotated[bool, typer.Option("--errors", help="only requests that failed")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object a line, whole output")] = False,
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Show a run's requests: timings, usage, findings and (escaped) output, in the order sent.
+
+    Example: prober samples 3f2a9c --label concurrency=16 --errors
+    """
+    from prober.commands.samples import samples_command
+
+    samples_command(_config(config, db), out, err, _shown, run_id, target, label or [], errors, as_json)
+
+
+@app.command()
 def export(
     fmt: Annotated[str, typer.Option("--format", "-f", help="csv, parquet or prometheus")],
     out_dir: Annotated[Path, typer.Option("--out", help="directory to write into")] = Path("prober-export"),

@@ -107,15 +107,16 @@ def render_markdown(comparison: Comparison) -> str:
 
 # --- JSON --------------------------------------------------------------------------------------
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """Plain JSON: datetimes in ISO 8601, NaN and infinities as null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dt.datetime):
         return value.isoformat()
     if isinstance(value, dict):
-        return {key: _jsonable(item) for key, item in value.items()}
+        return {key: jsonable(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(item) for item in value]
+        return [jsonable(item) for item in value]
     return value
 
 
@@ -128,7 +129,7 @@ def render_json(comparison: Comparison) -> str:
              "fdr": FDR, "compared": [dataclasses.asdict(c) for c in comparison.compared],
              "not_comparable": [dataclasses.asdict(n) for n in comparison.not_comparable],
              "only_a": comparison.only_a, "only_b": comparison.only_b}
-    return json.dumps(_jsonable(model), indent=1, allow_nan=False, default=str)
+    return json.dumps(jsonable(model), indent=1, allow_nan=False, default=str)
 
 
 # --- HTML --------------------------------------------------------------------------------------
