@@ -21,7 +21,8 @@ def _sample(index: int, concurrency: int, *, error: bool = False, text: str = "h
     start = 1_000_000_000
     exchange = Exchange(protocol="openai", url="http://127.0.0.1:9/v1/chat/completions", request_body={},
                         request_headers={"authorization": "***"}, started_at=T0, start_ns=start,
-                        status=500 if error else 200, text="" if error else text, finish_reason=None if error else "stop",
+                        status=500 if error else 200, text="" if error else text,
+                        finish_reason=None if error else "stop",
                         usage=None if error else {"prompt_tokens": 12, "completion_tokens": 3,
                                                   "prompt_tokens_details": {"cached_tokens": 0}},
                         headers_ns=start + 2_000_000, first_token_ns=None if error else start + 50_000_000,
