@@ -453,7 +453,8 @@ def init(
     path: Annotated[Path, typer.Option("--path", help="where to write the file")] = Path("prober.toml"),
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing file")] = False,
 ) -> None:
-    """Write a commented example prober.toml (Anthropic, OpenAI, vLLM, the local endpoint, the emulator).
+    """Write a commented example prober.toml: the emulator as the one active target (a first run
+    needs no key), Anthropic, OpenAI, vLLM and the local endpoint commented out, to opt in to.
 
     Example: prober init && prober targets
     """
