@@ -363,6 +363,7 @@ def compare(
     until: Annotated[str | None, typer.Option("--until", help="with one --target: A is --since to this, "
                                                  "B this to now")] = None,
     suite: Annotated[str | None, typer.Option("--suite", "-s", help="only runs of this suite")] = None,
+    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="only this metric; repeatable")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, markdown, json or html")] = "table",
     out_path: Annotated[Path | None, typer.Option("--out", help="write to this file")] = None,
     config: ConfigOption = None,
@@ -376,7 +377,7 @@ def compare(
     from prober.commands.compare import compare_command
 
     compare_command(_config(config, db), out, err, _shown, runs or [], target or [], since, until, suite, fmt,
-                    out_path)
+                    out_path, metric or [])
 
 
 @app.command()

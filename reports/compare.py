@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -143,18 +143,21 @@ def _entry_key(row: Mapping[str, Any]) -> str:
     return entry.split(".", 1)[1] if entry and "." in entry else (entry or str(row["probe"]))
 
 
-def _side_rows(store: Store, side: Side) -> list[_Found]:
+def _side_rows(store: Store, side: Side, names: Collection[str] | None) -> list[_Found]:
     found = []
     for run in side.runs:
         entries = {(e["target"], e["entry"]): e for e in store.run_entries(run["id"], target=side.target)}
         for row in store.metrics(run["id"], target=side.target):
-            found.append(_Found(run["id"], row, entries.get((row["target"], row.get("entry")))))
+            if names is None or row["name"] in names:
+                found.append(_Found(run["id"], row, entries.get((row["target"], row.get("entry")))))
     return found
 
 
-def compare(store: Store, a: Side, b: Side, what_changed: WhatChanged, min_effect: MinEffect) -> Comparison:
-    """Side `b` against side `a` (the reference): every metric present on both."""
-    rows_a, rows_b = _side_rows(store, a), _side_rows(store, b)
+def compare(store: Store, a: Side, b: Side, what_changed: WhatChanged, min_effect: MinEffect,
+            names: Collection[str] | None = None) -> Comparison:
+    """Side `b` against side `a` (the reference): every metric present on both, or those `names`
+    (the false discovery rate is then held over them alone)."""
+    rows_a, rows_b = _side_rows(store, a, names), _side_rows(store, b, names)
     targets_a, targets_b = {f.row["target"] for f in rows_a}, {f.row["target"] for f in rows_b}
     # One target a side (a run against fp16, another against int4): metrics match across the names.
     by_target = not (len(targets_a) == 1 and len(targets_b) == 1)

@@ -22,6 +22,7 @@ from prober.alerting.baseline import completed_targets, what_changed
 from prober.alerting.drift import min_effect_for
 from prober.core.config import ProberConfig
 from prober.core.errors import ConfigError
+from prober.core.probe_registry import all_metric_names, did_you_mean
 from prober.core.records import utcnow
 from prober.store_access import open_store
 from reports.collect import parse_since
@@ -53,16 +54,20 @@ USAGE = ("compare two runs (prober compare RUN_A RUN_B), two targets (--target A
 
 def compare_command(cfg: ProberConfig, out: Console, err: Console, shown: Callable[[Any], str], runs: list[str],
                     targets: list[str], since: str | None, until: str | None, suite: str | None, fmt_name: str,
-                    out_path: Path | None) -> Comparison:
-    """Build both sides, compare, and print the table or write the asked format (to `out_path`,
-    or standard output)."""
+                    out_path: Path | None, metrics: list[str]) -> Comparison:
+    """Build both sides, compare (every metric, or those named in `metrics`), and print the table
+    or write the asked format (to `out_path`, or standard output)."""
     if fmt_name not in FORMATS:
         raise ConfigError(f"--format {fmt_name!r}: expected one of {', '.join(FORMATS)}")
+    known = all_metric_names()
+    for name in metrics:
+        if known is not None and name not in known:
+            raise ConfigError(f"--metric {name!r}: no probe produces it{did_you_mean(name, known)}")
     store = open_store(cfg.store.url, err)
     try:
         side_a, side_b = _sides(store, runs, targets, since, until, suite)
         comparison = compare(store, side_a, side_b, what_changed,
-                             lambda kind, metric: min_effect_for(kind, metric, cfg.drift))
+                             lambda kind, metric: min_effect_for(kind, metric, cfg.drift), set(metrics) or None)
     finally:
         store.close()
     for side in (side_a, side_b):

@@ -62,6 +62,13 @@ def test_two_windows_of_one_target(tmp_path, db):
     assert "- A: 3 runs, target fp16" in done.stdout and "- B: run fp16-3" in done.stdout
 
 
+def test_named_metrics_only(tmp_path, db):
+    done = prober("compare", "fp16-0", "int4-0", "--metric", "error_rate", "--db", db, "--format", "json",
+                  cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [c["name"] for c in json.loads(done.stdout)["compared"]] == ["error_rate"]
+
+
 def test_html_page_is_written_where_asked(tmp_path, db):
     out = tmp_path / "site" / "compare.html"
     done = prober("compare", "fp16-0", "int4-0", "--db", db, "--format", "html", "--out", str(out), cwd=tmp_path)
@@ -78,6 +85,8 @@ def test_html_page_is_written_where_asked(tmp_path, db):
      "side B: no run in which target 'nosuch' completed"),
     (["fp16-0", "int4-0", "--format", "pdf"], "--format 'pdf'"),
     (["--target", "fp16", "--since", "1d", "--until", "2d"], "--since must be before --until"),
+    (["fp16-0", "int4-0", "--metric", "ttft_p50"],
+     "--metric 'ttft_p50': no probe produces it (did you mean ttft_p50_ms"),
 ])
 def test_what_cannot_be_compared_is_one_line_and_exit_2(tmp_path, db, args, fragment):
     _one_clear_line(prober("compare", *args, "--db", db, cwd=tmp_path), fragment)
