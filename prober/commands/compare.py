@@ -24,7 +24,7 @@ from prober.core.config import ProberConfig
 from prober.core.errors import ConfigError
 from prober.core.probe_registry import all_metric_names, did_you_mean
 from prober.core.records import utcnow
-from prober.store_access import open_store
+from prober.store_access import open_store, require_run
 from reports.collect import parse_since
 from reports.compare import Comparison, Side, compare
 from reports.compare_render import (
@@ -110,13 +110,7 @@ def _sides(store: Store, runs: list[str], targets: list[str], since: str | None,
 
 
 def _run_side(store: Store, name: str, run_id: str, target: str | None) -> Side:
-    found = store.get_run(run_id)
-    if found is None:
-        raise ConfigError(f"no run with id {run_id!r} in {redacted(store.url)}")
-    if target is not None and target not in (found.get("targets") or []):
-        raise ConfigError(f"run {found['id']} did not run target {target!r} (it ran: "
-                          f"{', '.join(found.get('targets') or []) or 'none'})")
-    return Side(name, [found], target)
+    return Side(name, [require_run(store, run_id, target)], target)
 
 
 def _window_side(store: Store, name: str, target: str, start: dt.datetime | None, end: dt.datetime,

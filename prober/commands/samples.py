@@ -17,15 +17,13 @@ from typing import Any
 from rich.console import Console
 
 from prober.core.config import ProberConfig
-from prober.core.errors import ConfigError
 from prober.core.records import SampleRow
 from prober.core.redact import redact_value
-from prober.store_access import open_store
+from prober.store_access import open_store, require_run
 from reports.compare_render import jsonable
 from reports.history import parse_label_filters
 from reports.plots import label_text
 from reports.svg import fmt
-from store.engine import redacted
 
 # Output characters shown per sample in the terminal; --json carries all that was stored.
 OUTPUT_SHOWN = 240
@@ -39,12 +37,7 @@ def samples_command(cfg: ProberConfig, out: Console, err: Console, shown: Callab
     wanted = parse_label_filters(labels)
     store = open_store(cfg.store.url, err)
     try:
-        run = store.get_run(run_id)
-        if run is None:
-            raise ConfigError(f"no run with id {run_id!r} in {redacted(cfg.store.url)}")
-        if target is not None and target not in (run.get("targets") or []):
-            raise ConfigError(f"--target {target!r}: run {run['id']} did not run it (it ran: "
-                              f"{', '.join(run.get('targets') or []) or 'none'})")
+        run = require_run(store, run_id, target)
         rows = store.samples(run["id"], target=target)
     finally:
         store.close()
