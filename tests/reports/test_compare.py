@@ -129,3 +129,19 @@ def test_renderings_escape_what_the_store_holds(store):
         assert "\x1b" not in text and "<script>" not in text
     assert "&lt;script&gt;" in html and "\\x1b" in markdown
     assert '"case": "emu\\u001b]0;pwned\\u0007<script>|*"' in render_json(result)   # JSON escapes; consumers decide
+
+
+def test_html_overlays_both_sides_latency_curves(store):
+    def level(value, concurrency):
+        return {"name": "ttft_p50_ms", "value": value, "ci_low": value * 0.9, "ci_high": value * 1.1, "n": 60,
+                "unit": "ms", "labels": {"concurrency": concurrency}}
+
+    add_run(store, "a", 0, [level(100, 1), level(180, 8), share("error_rate", 0, 60, concurrency=1)], target="fp16")
+    add_run(store, "b", 1, [level(150, 1), level(300, 8), share("error_rate", 0, 60, concurrency=1)], target="int4")
+    result = compare(store, *_sides(store, ["a"], ["b"]), what_changed, _min_effect)
+    (plot,) = result.plots          # latency's TTFT chart; its ITL chart has no rows here
+    assert plot.title == "TTFT percentiles against concurrency: fp16 vs int4"
+    assert [(s.label, [(p.x, p.y) for p in s.points]) for s in plot.series] == [
+        ("A: ttft_p50_ms", [(1.0, 100), (8.0, 180)]), ("B: ttft_p50_ms", [(1.0, 150), (8.0, 300)])]
+    page = render_html(result)
+    assert page.count("<svg") == 1 and "B: ttft_p50_ms" in page
