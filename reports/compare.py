@@ -16,6 +16,9 @@ statistics module (prober/core/stats.py), chosen by what a metric row is:
   the Student-t prediction test the drift tests use (stats.night_prediction_p; log scale and
   its variance floor for positive non-shares).
 
+A timing (ms, tokens/s) of a level where the client's own event loop lagged (`client_saturated`,
+DESIGN.md "Client honesty") is flagged on that side: shown, never tested.
+
 Many metrics are tested at once, so a difference is called significant when its Benjamini-Hochberg
 adjusted p (q) is at most 0.05 (across the table, at most 5% of the differences called significant
 are expected to be noise) and it reaches the drift tests' minimum effect for its kind (`[drift]
@@ -143,13 +146,27 @@ def _entry_key(row: Mapping[str, Any]) -> str:
     return entry.split(".", 1)[1] if entry and "." in entry else (entry or str(row["probe"]))
 
 
+# Units of a timing the client's own saturation inflates (DESIGN.md, "Client honesty").
+TIMED_UNITS = frozenset({"ms", "tokens/s"})
+CLIENT_SATURATED = "client_saturated"
+
+
 def _side_rows(store: Store, side: Side, names: Collection[str] | None) -> list[_Found]:
     found = []
     for run in side.runs:
         entries = {(e["target"], e["entry"]): e for e in store.run_entries(run["id"], target=side.target)}
-        for row in store.metrics(run["id"], target=side.target):
-            if names is None or row["name"] in names:
-                found.append(_Found(run["id"], row, entries.get((row["target"], row.get("entry")))))
+        rows = store.metrics(run["id"], target=side.target)
+        # A timing measured while the client's event loop lagged says more about the client than
+        # about the endpoint: flagged like a percentile too poorly estimated, shown and never tested.
+        saturated = {(r["target"], r["probe"], labels_key(r.get("labels"))) for r in rows
+                     if r["name"] == CLIENT_SATURATED and r.get("value")}
+        for row in rows:
+            if names is not None and row["name"] not in names:
+                continue
+            cell = (row["target"], row["probe"], labels_key(row.get("labels")))
+            if row.get("unit") in TIMED_UNITS and cell in saturated:
+                row = {**row, "flags": [*(row.get("flags") or []), CLIENT_SATURATED]}
+            found.append(_Found(run["id"], row, entries.get((row["target"], row.get("entry")))))
     return found
 
 
@@ -256,7 +273,8 @@ def _request_level(c: Compared, row_a: dict[str, Any], row_b: dict[str, Any]) ->
     if c.kind == "value":
         c.relative = c.a > 0 and c.b > 0
         c.difference = c.b / c.a - 1 if c.relative else c.b - c.a
-        c.note = "flagged" if row_a.get("flags") or row_b.get("flags") else "no interval"
+        flags = {flag for row in (row_a, row_b) for flag in row.get("flags") or []}
+        c.note = ("client saturated" if CLIENT_SATURATED in flags else "flagged") if flags else "no interval"
         return c
     c.relative = _on_log_scale(c.kind, [row_a, row_b])
     scale: Callable[[float], float] = math.log if c.relative else float

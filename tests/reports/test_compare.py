@@ -145,3 +145,17 @@ def test_html_overlays_both_sides_latency_curves(store):
         ("A: ttft_p50_ms", [(1.0, 100), (8.0, 180)]), ("B: ttft_p50_ms", [(1.0, 150), (8.0, 300)])]
     page = render_html(result)
     assert page.count("<svg") == 1 and "B: ttft_p50_ms" in page
+
+
+def test_a_timing_measured_while_the_client_was_saturated_is_shown_and_not_tested(store):
+    rng = np.random.default_rng(3)
+    for run, scale, saturated in (("a", 1.0, 0.0), ("b", 1.6, 1.0)):
+        add_run(store, run, int(run == "b"), [
+            _percentile_row("ttft_p50_ms", rng.lognormal(math.log(100 * scale), 0.1, 60), concurrency=8),
+            _percentile_row("ttft_p50_ms", rng.lognormal(math.log(100 * scale), 0.1, 60), concurrency=1),
+            {"name": "client_saturated", "value": saturated, "n": 50, "unit": "bool", "labels": {"concurrency": 8}},
+            {"name": "client_saturated", "value": 0.0, "n": 50, "unit": "bool", "labels": {"concurrency": 1}}])
+    result = compare(store, *_sides(store, ["a"], ["b"]), what_changed, _min_effect)
+    by_level = {c.labels["concurrency"]: c for c in result.compared if c.name == "ttft_p50_ms"}
+    assert by_level[8].p_value is None and by_level[8].note == "client saturated" and not by_level[8].significant
+    assert by_level[1].significant
