@@ -24,12 +24,13 @@ from prober.runner import Runner
 from reports.compare import Comparison, Side, compare
 from tests.support.cli import prober
 from tests.support.emulated import emulator_process, ground_truth
+from tests.support.timing import timing_sensitive
 
 pytestmark = pytest.mark.emulator
 
 # Small runs: two levels, 40 measured requests each (p50 and p90 bounded, p99 flagged).
 PARAMS = {"levels": [4, 8], "requests_per_level": 36, "warmup": 1, "max_tokens": 8, "input_tokens": 16}
-BASE = "first_token_delay_ms = 200\nprefill_ms_per_token = 0\ndecode_tokens_per_s = 200\nslots = 8\n"
+BASE = "first_token_delay_ms = 200\nprefill_ms_per_token = 0\ndecode_tokens_per_s = 50\nslots = 8\n"
 SLOW = BASE.replace("first_token_delay_ms = 200", "first_token_delay_ms = 300")
 BASE_RUNS = 3
 
@@ -71,6 +72,7 @@ def _compare_in_process(tmp_path, run_a: str, run_b: str) -> Comparison:
                        lambda kind, metric: min_effect_for(kind, metric, DriftConfig()))
 
 
+@timing_sensitive    # the client saturating at every level under outside load leaves nothing to judge
 def test_compare_finds_a_known_ttft_difference_and_no_difference_between_runs_of_one_scenario(tmp_path):
     base = _runs(tmp_path, BASE, BASE_RUNS)
     ((slow_run, slow_levels),) = _runs(tmp_path, SLOW, 1)
@@ -82,7 +84,11 @@ def test_compare_finds_a_known_ttft_difference_and_no_difference_between_runs_of
     found = json.loads(done.stdout)
     ttft = {c["labels"]["concurrency"]: c for c in found["compared"] if c["name"] == "ttft_p50_ms"}
     assert set(ttft) == set(PARAMS["levels"])
-    for level, c in ttft.items():
+    # A level where the client's own event loop lagged is shown and not tested (DESIGN.md, client
+    # honesty); the others must find the difference.
+    tested = {level: c for level, c in ttft.items() if c["note"] != "client saturated"}
+    assert tested, "the client was saturated at every level: nothing to judge"
+    for level, c in tested.items():
         (base_ttft, base_overhead), (slow_ttft, slow_overhead) = base_levels[level], slow_levels[level]
         assert 0.45 < slow_ttft / base_ttft - 1 < 0.55        # +50% by the scenario files
         overhead = max(base_overhead, slow_overhead, 0.0)
@@ -90,7 +96,7 @@ def test_compare_finds_a_known_ttft_difference_and_no_difference_between_runs_of
         assert c["significant"] and c["relative"], c
         assert c["low"] <= truth[1] and truth[0] <= c["high"], (c, truth)
     # Strongest evidence first: the TTFT (and end-to-end) medians lead the table.
-    assert {c["name"] for c in found["compared"][:4]} <= {"ttft_p50_ms", "e2e_p50_ms", "ttft_p90_ms"}
+    assert {c["name"] for c in found["compared"][:len(tested)]} <= {"ttft_p50_ms", "e2e_p50_ms", "ttft_p90_ms"}
 
     # Runs of one scenario, every pair: at most 5% of the metrics compared are called significant
     # (measured over 28 pairs of 8 runs on this 2-core machine under a load average of 10: 10 of
