@@ -370,7 +370,8 @@ def compare(
     db: DbOption = None,
 ) -> None:
     """Compare two runs, two targets or two windows: every metric both have, the difference with
-    its 95% interval and a test, strongest evidence first (significant: q <= 0.05).
+    its 95% interval and a test, strongest evidence first (*: significant, q <= 0.05 and at least
+    the [drift] min_effect).
 
     Example: prober compare 3f2a9c 8b1d07 --format html --out compare.html
     """
