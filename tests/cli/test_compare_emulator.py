@@ -99,9 +99,10 @@ def test_compare_finds_a_known_ttft_difference_and_no_difference_between_runs_of
     assert {c["name"] for c in found["compared"][:len(tested)]} <= {"ttft_p50_ms", "e2e_p50_ms", "ttft_p90_ms"}
 
     # Runs of one scenario, every pair: at most 5% of the metrics compared are called significant
-    # (measured over 28 pairs of 8 runs on this 2-core machine under a load average of 10: 10 of
-    # 812, 1.2%; 10 of the 238 with a test, all inter-token or time-to-headers medians of a few ms
-    # that the machine's load moves from run to run), and never the TTFT median.
+    # (measured over 28 pairs of 8 runs of BASE on this 2-core machine under a load average of 10:
+    # 15 of 812, 1.8%; 15 of the 448 with a test, 3.3%; all of them the median time to headers,
+    # 1-17 ms that the machine's load moves from run to run; 1 pair of 28 had 2 of its 29), and
+    # never the TTFT median.
     significant, tested, compared = [], 0, 0
     for (run_a, _), (run_b, _) in itertools.combinations(base, 2):
         pair = _compare_in_process(tmp_path, run_a, run_b)
