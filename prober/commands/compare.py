@@ -102,7 +102,9 @@ def _sides(store: Store, runs: list[str], targets: list[str], since: str | None,
                 _window_side(store, "B", targets[1], start, now, suite))
     if len(targets) == 1 and until:
         start, end = parse_since(since), parse_since(until)
-        if start is None or end is None or start >= end:
+        if start is None:
+            raise ConfigError(f"prober compare: --until needs --since (the start of side A); {USAGE}")
+        if end is None or start >= end:
             raise ConfigError(f"prober compare: --since must be before --until; {USAGE}")
         return (_window_side(store, "A", targets[0], start, end, suite),
                 _window_side(store, "B", targets[0], end, now, suite))

@@ -85,6 +85,7 @@ def test_html_page_is_written_where_asked(tmp_path, db):
      "side B: no run in which target 'nosuch' completed"),
     (["fp16-0", "int4-0", "--format", "pdf"], "--format 'pdf'"),
     (["--target", "fp16", "--since", "1d", "--until", "2d"], "--since must be before --until"),
+    (["--target", "fp16", "--until", "2d"], "--until needs --since"),
     (["fp16-0", "int4-0", "--metric", "ttft_p50"],
      "--metric 'ttft_p50': no probe produces it (did you mean ttft_p50_ms"),
 ])
