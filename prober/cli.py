@@ -355,6 +355,53 @@ def history(
 
 
 @app.command()
+def compare(
+    runs: Annotated[list[str] | None, typer.Argument(help="two run ids (or unique prefixes): A, then B")] = None,
+    target: Annotated[list[str] | None, typer.Option("--target", "-t", help="two targets (A, B), or one "
+                                                        "target's two windows with --until")] = None,
+    since: SinceOption = None,
+    until: Annotated[str | None, typer.Option("--until", help="with one --target: A is --since to this, "
+                                                 "B this to now")] = None,
+    suite: Annotated[str | None, typer.Option("--suite", "-s", help="only runs of this suite")] = None,
+    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="only this metric; repeatable")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, markdown, json or html")] = "table",
+    out_path: Annotated[Path | None, typer.Option("--out", help="write to this file")] = None,
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Compare two runs, two targets or two windows: every metric both have, the difference with
+    its 95% interval and a test, strongest evidence first (*: significant, q <= 0.05 and at least
+    the [drift] min_effect).
+
+    Example: prober compare 3f2a9c 8b1d07 --format html --out compare.html
+    """
+    from prober.commands.compare import compare_command
+
+    compare_command(_config(config, db), out, err, _shown, runs or [], target or [], since, until, suite, fmt,
+                    out_path, metric or [])
+
+
+@app.command()
+def samples(
+    run_id: Annotated[str, typer.Argument(help="run id or a unique prefix of one")],
+    target: Annotated[str | None, typer.Option("--target", "-t", help="only this target")] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", "-l", help="KEY=VALUE label filter; "
+                                                       "repeatable or comma-separated")] = None,
+    errors: Annotated[bool, typer.Option("--errors", help="only requests that failed")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object a line, whole output")] = False,
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Show a run's requests: timings, usage, findings and (escaped) output, in the order sent.
+
+    Example: prober samples 3f2a9c --label concurrency=16 --errors
+    """
+    from prober.commands.samples import samples_command
+
+    samples_command(_config(config, db), out, err, _shown, run_id, target, label or [], errors, as_json)
+
+
+@app.command()
 def export(
     fmt: Annotated[str, typer.Option("--format", "-f", help="csv, parquet or prometheus")],
     out_dir: Annotated[Path, typer.Option("--out", help="directory to write into")] = Path("prober-export"),
@@ -408,7 +455,8 @@ def init(
     path: Annotated[Path, typer.Option("--path", help="where to write the file")] = Path("prober.toml"),
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing file")] = False,
 ) -> None:
-    """Write a commented example prober.toml (Anthropic, OpenAI, vLLM, the local endpoint, the emulator).
+    """Write a commented example prober.toml: the emulator as the one active target (a first run
+    needs no key), Anthropic, OpenAI, vLLM and the local endpoint commented out, to opt in to.
 
     Example: prober init && prober targets
     """

@@ -3,6 +3,8 @@ way in (from any host, by lease), and a name the store has never heard of is a u
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from rich.console import Console
 
@@ -38,3 +40,15 @@ def require_known_target(store: Store, config: ProberConfig, name: str | None) -
     if name not in known:
         raise ConfigError(f"--target {name!r}: no such target in {config.source} or in the store "
                           f"(known: {', '.join(sorted(known)) or 'none'})")
+
+
+def require_run(store: Store, run_id: str, target: str | None = None) -> dict[str, Any]:
+    """The run with this id or unique prefix; ConfigError when there is none, or when it did not
+    run `target`."""
+    found = store.get_run(run_id)
+    if found is None:
+        raise ConfigError(f"no run with id {run_id!r} in {store.url}")
+    ran = found.get("targets") or []
+    if target is not None and target not in ran:
+        raise ConfigError(f"--target {target!r}: run {found['id']} did not run it (it ran: {', '.join(ran) or 'none'})")
+    return found

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from prober.core.errors import ConfigError
+from prober.core.probe_registry import all_metric_names, did_you_mean
 from store import Store
 
 
@@ -31,6 +32,8 @@ def metric_over_time(store: Store, metric: str, *, target: str | None = None, su
             if (suite is None or suite in (row["suite"], row["probe"]))
             and all(key in (row.get("labels") or {}) and str(row["labels"][key]) == value
                     for key, value in (labels or {}).items())]
+    if not rows and metric not in (all_metric_names() or {metric}):
+        raise ConfigError(f"no probe produces metric {metric!r}{did_you_mean(metric)}")
     if not rows:
         filters = [f"target {target}" if target else "", f"suite {suite}" if suite else "",
                    ", ".join(f"{k}={v}" for k, v in (labels or {}).items())]

@@ -48,14 +48,12 @@ from prober.alerting.baseline import completed_targets, select_baselines
 from prober.alerting.slo import format_value
 from prober.core import stats
 from prober.core.config import DriftConfig
+from prober.core.metric_rows import is_proportion, judgeable
 from prober.core.probe_registry import metric_family, pooled_labels
 from prober.core.records import labels_key
 
 # Defaults for `[drift] min_effect`: absolute share, relative median change, paired difference.
 DEFAULT_MIN_EFFECT = {"proportion": 0.05, "latency": 0.20, "paired": 0.05}
-
-# A baseline that happened to agree to within 1% must not make any change significant.
-LATENCY_LOG_VARIANCE_FLOOR = 0.01 ** 2
 
 # The tests need a spread: a prediction interval on fewer than 3 baseline runs has 1 degree of freedom.
 FEWEST_BASELINE_RUNS = 3
@@ -175,23 +173,6 @@ def decide(tests: Sequence[DriftTest], config: DriftConfig) -> list[DriftTest]:
 
 
 # --- one value per run and metric family ----------------------------------------------------------
-
-def judgeable(row: dict[str, Any]) -> bool:
-    """A row with a value and no flags (a flagged value is too poorly estimated to judge)."""
-    value = row.get("value")
-    return not row.get("flags") and value is not None and not math.isnan(value)
-
-
-def is_proportion(row: dict[str, Any]) -> bool:
-    """A share of n trials with its Wilson interval: value * n is a whole count. (Differences of two
-    shares carry unit "ratio" and an interval too: their probe declares them another kind.)"""
-    value, n = row.get("value"), row.get("n")
-    family = metric_family(row["probe"], row["name"])
-    if (row.get("unit") != "ratio" or (family is not None and family.kind != "share") or not n
-            or not judgeable(row) or value is None or not 0.0 <= value <= 1.0 or row.get("ci_low") is None):
-        return False
-    return bool(abs(value * n - round(value * n)) < 1e-6 * n)
-
 
 @dataclass(frozen=True)
 class RunValue:
@@ -323,7 +304,7 @@ def _night_test(kind: str, target: str, probe: str, metric: str, labels: dict[st
         now, before = x / n, sum(base_x) / sum(base_n)
         return DriftTest(kind, target, probe, metric, labels, p, now - before, before, now, n, sum(base_n), k, m,
                          direction=direction, cells=cells)
-    floor = (LATENCY_LOG_VARIANCE_FLOOR if kind == "latency"
+    floor = (stats.LATENCY_LOG_VARIANCE_FLOOR if kind == "latency"
              else max(v.sampling_variance for v in current))
     p, _ = stats.night_prediction_p([v.value for v in current], [v.value for v in baseline], floor,
                                     _alternative(direction))

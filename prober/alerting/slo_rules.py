@@ -8,7 +8,6 @@ Alert states (the `for` debouncing) stay in prober/alerting/alerts.py; this modu
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from prober.alerting.slo import SloCheck, check_run, rule_matches
 from prober.core.config import SloRule
 from prober.core.errors import ConfigError
-from prober.core.probe_registry import RUNNER_METRIC_NAMES, all_metric_names, probe_class
+from prober.core.probe_registry import RUNNER_METRIC_NAMES, all_metric_names, did_you_mean, probe_class
 
 HELD, BROKEN, NO_DATA = "held", "broken", "no data"
 
@@ -29,9 +28,8 @@ def check_rules_known(rules: Iterable[SloRule], source: str) -> None:
         return   # a probe that does not declare its names: nothing can be ruled out
     for rule in rules:
         if rule.metric not in known:
-            nearest = difflib.get_close_matches(rule.metric, sorted(known), n=3, cutoff=0.6)
-            hint = f" (did you mean {', '.join(nearest)}?)" if nearest else ""
-            raise ConfigError(f"{source}: slo rule {rule.name!r}: no probe produces metric {rule.metric!r}{hint}")
+            raise ConfigError(f"{source}: slo rule {rule.name!r}: no probe produces metric {rule.metric!r}"
+                              f"{did_you_mean(rule.metric, known)}")
 
 
 @dataclass(frozen=True)

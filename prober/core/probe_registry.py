@@ -13,7 +13,9 @@ whose class calls itself by another name.
 
 from __future__ import annotations
 
+import difflib
 import functools
+from collections.abc import Iterable
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +97,14 @@ def all_metric_names() -> set[str] | None:
             return None
         names |= declared
     return names
+
+
+def did_you_mean(name: str, known: Iterable[str] | None = None) -> str:
+    """" (did you mean ttft_p50_ms?)": the names nearest `name` among `known` (default: every
+    installed probe's metric names), for an error about an unknown metric; "" when none is near."""
+    candidates = all_metric_names() if known is None else set(known)
+    nearest = difflib.get_close_matches(name, sorted(candidates or ()), n=3, cutoff=0.6)
+    return f" (did you mean {', '.join(nearest)}?)" if nearest else ""
 
 
 # --- what the drift tests ask of a probe's declarations (prober/core/declarations.py) -------------------

@@ -334,12 +334,31 @@ def proportion_difference(successes_1: int, n_1: int, successes_2: int, n_2: int
     if n_1 <= 0 or n_2 <= 0:
         return None, None, None
     p_1, p_2 = successes_1 / n_1, successes_2 / n_2
-    low_1, high_1 = _wilson(successes_1, n_1)
-    low_2, high_2 = _wilson(successes_2, n_2)
-    difference = p_2 - p_1
-    low = difference - math.sqrt((p_2 - low_2) ** 2 + (high_1 - p_1) ** 2)
-    high = difference + math.sqrt((high_2 - p_2) ** 2 + (p_1 - low_1) ** 2)
+    difference, low, high = mover_difference((p_1, *_wilson(successes_1, n_1)), (p_2, *_wilson(successes_2, n_2)))
     return difference, max(-1.0, low), min(1.0, high)
+
+
+def mover_difference(first: tuple[float, float, float], second: tuple[float, float, float]
+                     ) -> tuple[float, float, float]:
+    """(second minus first, low, high) from each estimate's own (value, low, high) 95% interval:
+    the method of variance estimates recovery (Zou & Donner 2008; Newcombe's method 10 for shares
+    is this with Wilson intervals). Each side's distance to its bound stands for its spread on that
+    side, so skewed intervals (a percentile's order-statistic bounds) keep their shape."""
+    (value_1, low_1, high_1), (value_2, low_2, high_2) = first, second
+    difference = value_2 - value_1
+    return (difference, difference - math.sqrt((value_2 - low_2) ** 2 + (high_1 - value_1) ** 2),
+            difference + math.sqrt((high_2 - value_2) ** 2 + (value_1 - low_1) ** 2))
+
+
+def interval_p(difference: float, low: float, high: float, z: float = Z95) -> float:
+    """Two-sided p-value that the difference is 0, read off its 95% interval: the half-width
+    towards 0 taken as z standard errors. Below 0.05 exactly when the interval excludes 0."""
+    from scipy.stats import norm
+
+    half = difference - low if difference > 0 else high - difference
+    if difference == 0 or half <= 0:
+        return 1.0 if difference == 0 else 0.0
+    return float(min(1.0, 2 * norm.sf(abs(difference) / half * z)))
 
 
 # --- paired comparisons of two proportions (schema order) ---------------------------------------
@@ -548,6 +567,9 @@ def benjamini_hochberg(p_values: Sequence[float | None]) -> list[float | None]:
 # --- drift with the night as the unit (prober/alerting/drift.py) ----------------------------------------
 # Each baseline run contributes one value; tonight's value is judged against their spread, so the
 # night-to-night variation of a real endpoint (load, routing, cache state) is part of the null.
+
+# A latency baseline (log scale) that happened to agree to within 1% must not make any change significant.
+LATENCY_LOG_VARIANCE_FLOOR = 0.01 ** 2
 
 
 def night_prediction_p(current: Sequence[float], baseline: Sequence[float], variance_floor: float = 0.0,

@@ -78,9 +78,16 @@ def test_init_writes_a_valid_commented_example(tmp_path):
     result = prober("init", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     config = load_config(tmp_path / "prober.toml")
-    assert {"anthropic", "openai", "vllm", "local", "emulator"} <= set(config.targets)
-    assert config.targets["anthropic"].api_key_env == "ANTHROPIC_API_KEY"
-    assert "#" in (tmp_path / "prober.toml").read_text()
+    # A default run (every target) needs no key and no server: only the emulator is active.
+    assert set(config.targets) == {"emulator"} and config.targets["emulator"].is_emulator
+    text = (tmp_path / "prober.toml").read_text()
+    # The others are opt-in: each block, uncommented, is a valid target.
+    for name, key in (("anthropic", "ANTHROPIC_API_KEY"), ("openai", "OPENAI_API_KEY"), ("vllm", None),
+                      ("local", None)):
+        block = text[text.index(f"# [targets.{name}]"):].split("\n\n")[0]
+        uncommented = tmp_path / f"{name}.toml"
+        uncommented.write_text("\n".join(line.removeprefix("# ") for line in block.splitlines()) + "\n")
+        assert load_config(uncommented).targets[name].api_key_env == key
     again = prober("init", cwd=tmp_path)
     _assert_one_clear_line(again, "already exists")
 

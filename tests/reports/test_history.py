@@ -76,7 +76,7 @@ def test_history_filters(history_dir):
 @pytest.mark.unit
 def test_history_errors(history_dir):
     unknown = prober("history", "--metric", "ttft_p50", cwd=history_dir)
-    assert unknown.returncode == 2 and "no stored values of metric 'ttft_p50'" in unknown.stderr
+    assert unknown.returncode == 2 and "no probe produces metric 'ttft_p50' (did you mean ttft_p50_ms" in unknown.stderr
     filtered = prober("history", "--metric", "ttft_p50_ms", "--labels", "concurrency=64", cwd=history_dir)
     assert filtered.returncode == 2 and "concurrency=64" in filtered.stderr
     bad = prober("history", "--metric", "ttft_p50_ms", "--labels", "concurrency", cwd=history_dir)
