@@ -289,25 +289,30 @@ def report(
     db: DbOption = None,
 ) -> None:
     """Write a report: per target and suite, the latest metrics against their SLOs, trends over
-    time, each suite's charts and a few sample outputs. The last line printed is the file's path.
+    time, each suite's charts and a few sample outputs. HTML maintains a site in OUT
+    (index.html, latest.html, runs/<run>.html); md and json write one timestamped file. The last
+    line printed is the path of the index or the file.
 
     Example: prober report --since 30d --format html --out /var/www/prober
     """
     from prober.alerting.verdicts import ReportVerdicts
     from reports.collect import collect, parse_since
     from reports.render import RENDERERS, write_report
+    from reports.site import write_site
 
     if fmt not in RENDERERS:
         raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(RENDERERS)}")
     cfg = _config(config, db)
     start = parse_since(since)
+    verdicts = ReportVerdicts(cfg.slo, cfg.drift)
     store = open_store(cfg.store.url, err)
     try:
         require_known_target(store, cfg, target)
-        collected = collect(store, ReportVerdicts(cfg.slo, cfg.drift), start, target)
+        collected = collect(store, verdicts, start, target)
+        path = write_site(store, verdicts, collected, out_dir) if fmt == "html" else None
     finally:
         store.close()
-    path = write_report(collected, fmt, out_dir)
+    path = path or write_report(collected, fmt, out_dir)
     broken = sum(1 for section in collected.sections for _, result in section.slo_results if result.broken)
     err.print(f"{len(collected.sections)} target/suite section(s), {broken} SLO result(s) broken")
     out.print(escape(str(path)), soft_wrap=True)
@@ -371,7 +376,7 @@ def export(
     """
     from reports.collect import parse_since
     from reports.export import TABLE_FORMATS, export_tables
-    from reports.prometheus import describe, exposition
+    from reports.prometheus import describe, exposition, recent_runs
     from store.engine import redacted
 
     if fmt not in (*TABLE_FORMATS, "prometheus"):
@@ -386,12 +391,16 @@ def export(
                 raise ConfigError(f"no run with id {run_id!r} in {redacted(cfg.store.url)}")
             run_id = found["id"]
         if fmt == "prometheus":
+            from prober.alerting.verdicts import ReportVerdicts
+
             rows = store.metric_history(since=start, run_id=run_id, target=target)
+            text = exposition(rows, runs=recent_runs(store, since=start, run_id=run_id, target=target),
+                              alerts=store.alerts(), verdicts=ReportVerdicts(cfg.slo))
             out_dir.mkdir(parents=True, exist_ok=True)
             path = out_dir / "prober.prom"
             # node_exporter may read the directory at any moment: write aside, then rename.
             partial = out_dir / ".prober.prom.partial"
-            partial.write_text(exposition(rows), encoding="utf-8")
+            partial.write_text(text, encoding="utf-8")
             partial.replace(path)
             err.print(f"exported {_shown(describe(rows))}")
             written = [path.resolve()]
