@@ -9,8 +9,6 @@ import html
 import json
 import math
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from reports.json_report import render_json
 from reports.markdown import code_block, render_markdown, text
 from reports.plots import suite_plots
 from reports.svg import render
+from tests.support.chromium import chromium
 from tests.support.cli import prober
 from tests.support.report_store import EVIL_TARGET, IMG, SCRIPT
 
@@ -203,26 +202,22 @@ def test_parse_since():
         parse_since("yesterday", now)
 
 
-def _chromium(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([shutil.which("chromium") or "chromium", "--headless", "--no-sandbox", "--disable-gpu",
-                           "--disable-dev-shm-usage", *args], capture_output=True, text=True, timeout=120)
-
-
 @pytest.mark.infra
-def test_cli_report_loads_in_headless_chromium(report_store):
+def test_cli_report_loads_in_headlesschromium(report_store):
     tmp, _, _ = report_store
     (tmp / "prober.toml").write_text(f'[store]\nurl = "sqlite:///{tmp}/prober.db"\n')
     result = prober("report", "--out", str(tmp / "out"), cwd=tmp)
     assert result.returncode == 0, result.stderr
-    path = Path(result.stdout.strip().splitlines()[-1])
-    assert path.parent == (tmp / "out").resolve() and path.suffix == ".html" and path.exists()
+    index = Path(result.stdout.strip().splitlines()[-1])
+    assert index == (tmp / "out" / "index.html").resolve() and index.exists()
+    path = index.parent / "latest.html"
     for fmt in ("md", "json"):
         other = prober("report", "--format", fmt, "--out", str(tmp / "out"), "--since", "2d", cwd=tmp)
         assert other.returncode == 0 and other.stdout.strip().endswith(f".{fmt}"), other.stderr
     bad = prober("report", "--format", "pdf", cwd=tmp)
     assert bad.returncode == 2 and "--format 'pdf'" in bad.stderr and "Traceback" not in bad.stderr
 
-    dom = _chromium("--dump-dom", path.as_uri())
+    dom = chromium("--dump-dom", path.as_uri())
     assert dom.returncode == 0, dom.stderr
     assert "<title>prober report</title>" in dom.stdout          # no script rewrote the page
     assert "<script" not in dom.stdout.lower() and "<img" not in dom.stdout.lower()
@@ -230,7 +225,7 @@ def test_cli_report_loads_in_headless_chromium(report_store):
     assert html.escape(EVIL_TARGET, quote=False) in dom.stdout   # shown as text in the parsed page
 
     shot = tmp / "report.png"
-    result = _chromium(f"--screenshot={shot}", "--window-size=1200,2400", path.as_uri())
+    result = chromium(f"--screenshot={shot}", "--window-size=1200,2400", path.as_uri())
     assert result.returncode == 0, result.stderr
     png = shot.read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 30_000

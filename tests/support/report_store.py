@@ -6,6 +6,7 @@ firing alert."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 from rich.console import Console
@@ -122,3 +123,19 @@ def build_report_store(tmp: Path) -> tuple[ProberConfig, Store]:
         evaluate_run(store, config, f"hostile{day}", sinks=[])
     write_failed_night(store)
     return config, store
+
+
+def write_cli_config(tmp: Path, config: ProberConfig) -> Path:
+    """tmp/prober.toml for the CLI: the store and the SLO rules of `config`."""
+    lines = [f"[store]\nurl = {json.dumps(config.store.url)}\n"]
+    for rule in config.slo:
+        lines.append("[[slo]]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in rule.model_dump(exclude_none=True).items()
+                  if not isinstance(value, dict)]
+        for key, value in rule.model_dump(exclude_none=True).items():
+            if isinstance(value, dict):
+                lines.append(f"{key} = {{ {', '.join(f'{k} = {json.dumps(v)}' for k, v in value.items())} }}")
+        lines.append("")
+    path = tmp / "prober.toml"
+    path.write_text("\n".join(lines))
+    return path
