@@ -133,7 +133,8 @@ def test_site_renders_in_chromium_with_screenshots(site, report_store):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     pages = {"index": index, "latest": index.parent / "latest.html",
              "run-failed": index.parent / "runs" / f"{FAILED_RUN}.html",
-             "run-latency": next(p for p in (index.parent / "runs").glob("*.html") if "emulator / latency" in p.read_text())}
+             "run-latency": next(p for p in (index.parent / "runs").glob("*.html")
+                                 if "emulator / latency" in p.read_text())}
     for name, path in pages.items():
         dom = chromium("--dump-dom", path.as_uri())
         assert dom.returncode == 0, dom.stderr
