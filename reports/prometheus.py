@@ -41,6 +41,9 @@ _INVALID_LABEL = re.compile(r"[^a-zA-Z0-9_]")
 _RESERVED_LABELS = frozenset({"target", "suite", "job", "instance"})
 # unit column -> (factor to the base unit, name suffixes meaning the old unit, base-unit suffix)
 _UNITS = {"ms": (0.001, ("_ms",), "_seconds"), "s": (1.0, ("_s", "_secs"), "_seconds")}
+# Name parts `promtool check metrics` takes for abbreviated units: such a part gets an "x"
+# (schema_order's discordant_b_only is exported as discordant_bx_only).
+_UNIT_ABBREVIATIONS = frozenset({"s", "ms", "us", "ns", "sec", "b", "kb", "mb", "gb", "tb", "pb", "m", "h", "d"})
 # Suffixes Prometheus reserves for counters, histograms and summaries; these are gauges.
 _RESERVED_SUFFIXES = {"_total": "", "_count": "_number", "_sum": "_sum_value", "_bucket": "_bucket_value"}
 
@@ -86,7 +89,9 @@ def gauge_name(probe: str, name: str, unit: str | None) -> tuple[str, float]:
     for reserved, replacement in _RESERVED_SUFFIXES.items():
         if name.endswith(reserved):
             name = name[: -len(reserved)] + replacement
-    return metric_name(f"prober_{probe}_{name}"), factor
+    full = metric_name(f"prober_{probe}_{name}")
+    # promtool reads a name part such as `b` (in discordant_b_only) as an abbreviated unit
+    return "_".join(f"{part}x" if part.lower() in _UNIT_ABBREVIATIONS else part for part in full.split("_")), factor
 
 
 @dataclass
