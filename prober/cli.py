@@ -9,20 +9,20 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any, cast
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
 
     from prober.core.config import ProberConfig
-    from prober.core.records import Metric
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
 
+from prober.commands.terminal import FLAG_MARKER, print_metrics, text_column, value_column
+from prober.commands.terminal import fmt as _fmt
+from prober.commands.terminal import shown as _shown
 from prober.core.config import load_config
-from prober.core.controlchars import escape_controls
 from prober.core.errors import ConfigError, ProberError
-from prober.core.redact import RedactingStream, redact_text, register_config
+from prober.core.redact import RedactingStream, register_config
 from prober.store_access import open_store, require_known_target
 
 # Subcommands inherit the context settings: `-h` is `--help` everywhere.
@@ -73,12 +73,6 @@ def _config(path: Path | None, db: str | None = None) -> ProberConfig:
     return config
 
 
-def _shown(value: Any) -> str:
-    """Stored or endpoint-supplied text for a table cell or a line: secrets masked, control
-    characters escaped (prober/core/controlchars.py), rich markup inert."""
-    return escape(escape_controls(redact_text(str(value))))
-
-
 def _url_shown(url: str) -> str:
     """A URL for the terminal: a password in it masked whatever its length."""
     from store.engine import redacted
@@ -119,7 +113,7 @@ def run(
     from prober.commands.run import run_and_judge
 
     result = run_and_judge(cfg, err, suite, target or None, overrides)
-    _print_metrics(result.metrics, title=f"run {result.run_id} ({result.status})")
+    print_metrics(out, result.metrics, title=f"run {result.run_id} ({result.status})")
     for problem in result.problems:
         err.print(f"problem: {_shown(problem)}")
     if result.alerts is not None:
@@ -188,91 +182,33 @@ def runs(
         store.close()
     from reports.run_lines import target_status_text
 
-    table = Table("suite", "started (UTC)", "status", "targets", "samples", "errors")
-    table.columns.insert(0, Column("run", no_wrap=True))
-    table.columns[1].no_wrap = table.columns[2].no_wrap = True
+    # fits 80 columns: ids, times and counts whole, the words (suite, status, reasons) wrapped
+    table = Table(Column("run", no_wrap=True), text_column("suite"), Column("started (UTC)", no_wrap=True),
+                  Column("status", no_wrap=True), value_column("samples\n(errors)"), text_column("targets"))
     for r in rows:
-        table.add_row(_shown(r["id"]), _shown(r["suite"]), r["started_at"].strftime("%Y-%m-%d %H:%M:%S"),
-                      _shown(r["status"]), _shown(target_status_text(r)), str(r.get("sample_count", 0)),
-                      str(r.get("error_count", 0)))
+        table.add_row(_shown(r["id"]), _shown(r["suite"]), r["started_at"].strftime("%Y-%m-%d %H:%M"),
+                      _shown(r["status"]), f"{r.get('sample_count', 0)} ({r.get('error_count', 0)})",
+                      _shown(target_status_text(r)))
     out.print(table)
 
 
 @app.command()
 def show(
     run_id: Annotated[str, typer.Argument(help="run id or a unique prefix of one")],
+    probe: Annotated[str | None, typer.Option("--probe", help="only this probe's metrics")] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", "-l", help="KEY=VALUE: only metrics with "
+                                                     "this label; repeatable or comma-separated")] = None,
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
     """Show a run: each target's status (and why it failed), what each suite entry measured
     (probe version, effective parameters), its metrics, and the state of every SLO rule.
 
-    Example: prober show 3f2a9c
+    Example: prober show 3f2a9c --probe caching --label case=repeat
     """
-    from prober.alerting.slo_rules import rule_state_lines
-    from prober.core.records import Metric
-    from reports.run_lines import provenance_lines
-    from store.engine import redacted
+    from prober.commands.show import show_run
 
-    cfg = _config(config, db)
-    store = open_store(cfg.store.url, err)
-    try:
-        found = store.get_run(run_id)
-        if found is None:
-            raise ConfigError(f"no run with id {run_id!r} in {redacted(cfg.store.url)}")
-        rows = store.metrics(found["id"])
-        entries = store.run_entries(found["id"])
-    finally:
-        store.close()
-    metrics = [Metric(**{k: r[k] for k in ("run_id", "target", "probe", "name", "value", "labels", "ci_low",
-                                           "ci_high", "n", "unit", "flags")}) for r in rows]
-    for line in provenance_lines(found, entries):
-        out.print(_shown(line), soft_wrap=True)
-    _print_metrics(metrics, title=f"run {found['id']}: {found['suite']} ({found['status']})")
-    for line in rule_state_lines(found, entries, rows, cfg.slo):
-        out.print(_shown(line), soft_wrap=True)
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.3g}"
-
-
-# Next to a flagged value (a percentile too poorly estimated to judge); the legend says why.
-FLAG_MARKER = "!"
-
-
-def _print_metrics(metrics: Sequence[Metric], title: str) -> None:
-    """One narrow table per target and probe: rows grouped by their labels (e.g. concurrency)."""
-    from prober.core.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
-    from reports.svg import interval_text
-
-    out.print(_shown(title))
-    groups: dict[tuple[str, str], list[Metric]] = {}
-    for m in metrics:
-        groups.setdefault((m.target, m.probe), []).append(m)
-    for (target_name, probe_name), rows in groups.items():
-        table = Table(Column("labels", no_wrap=True), Column("metric", no_wrap=True), "value", "95% CI",
-                      "n", "unit",
-                      title=f"{_shown(target_name)} / {_shown(probe_name)}")
-        order = {name: i for i, name in enumerate(dict.fromkeys(m.name for m in rows))}
-
-        def label_key(m: Metric) -> list[tuple[str, str]]:
-            return sorted((k, str(v).zfill(8)) for k, v in m.labels.items())
-
-        for m in sorted(rows, key=lambda m: (label_key(m), order[m.name])):
-            labels = ", ".join(f"{k}={v}" for k, v in sorted(m.labels.items()))
-            value = _fmt(m.value) + (f" {FLAG_MARKER}" if m.flags else "")
-            table.add_row(_shown(labels), _shown(m.name), value, interval_text(m.ci_low, m.ci_high, m.flags),
-                          "" if m.n is None else str(m.n), _shown(m.unit or ""))
-        out.print(table)
-    flags = sorted({flag for m in metrics for flag in m.flags or []})
-    for flag in flags:
-        out.print(escape(f"{FLAG_MARKER} {flag}: {FLAG_NOTES.get(flag, 'never judged by an SLO or a drift test')}"))
-    out.print(escape(PERCENTILE_INTERVAL_NOTE))
+    show_run(_config(config, db), run_id, out, err, probe, label or [])
 
 
 SinceOption = Annotated[str | None, typer.Option("--since", help="runs started within this period "
