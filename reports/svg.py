@@ -119,7 +119,8 @@ def _tooltip(label: str, point: Point) -> str:
 
 def render(plot: Plot) -> str:
     """The chart as an <svg> element; every piece of text in it is escaped."""
-    height = TOP + PLOT_HEIGHT + BOTTOM + LEGEND_ROW * (len(plot.series) + (1 if plot.omitted_series else 0))
+    extra_rows = (1 if plot.omitted_series else 0) + (1 if plot.marks else 0)
+    height = TOP + PLOT_HEIGHT + BOTTOM + LEGEND_ROW * (len(plot.series) + extra_rows)
     x0, x1, y0, y1 = LEFT, WIDTH - RIGHT, TOP, TOP + PLOT_HEIGHT
     x_scale = _XScale(plot, x0 + 8, x1 - 8)
     y_low, y_high = _y_range(plot)
@@ -179,5 +180,10 @@ def render(plot: Plot) -> str:
         legend_y = y1 + BOTTOM + LEGEND_ROW * len(plot.series) + 4
         parts.append(f'<text x="{x0}" y="{legend_y + 9}" fill="#666">{plot.omitted_series} more series not '
                      f'drawn (see prober history)</text>')
+    if plot.marks:
+        legend_y = y1 + BOTTOM + LEGEND_ROW * (len(plot.series) + (1 if plot.omitted_series else 0)) + 4
+        parts.append(f'<line x1="{x0 + 5}" y1="{legend_y}" x2="{x0 + 5}" y2="{legend_y + 10}" stroke="#b00" '
+                     f'stroke-dasharray="4 3"/><text x="{x0 + 16}" y="{legend_y + 9}">run not complete '
+                     f'(failed, interrupted or running): not plotted</text>')
     parts.append("</svg>")
     return "".join(parts)

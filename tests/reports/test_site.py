@@ -13,6 +13,7 @@ from markupsafe import escape
 
 from prober.alerting.verdicts import ReportVerdicts
 from reports.collect import anchors, collect, run_page_name, slug
+from reports.markdown import render_markdown
 from tests.support.chromium import chromium
 from tests.support.cli import prober
 from tests.support.report_store import EVIL_TARGET, FAILED_RUN, write_cli_config
@@ -98,6 +99,12 @@ def test_failed_run_is_marked_not_plotted_and_tables_agree(site, report_store):
     assert '<details class="trend" open>\n<summary>divergence_rate (alerting)</summary>' in section
     assert '<details class="trend">\n<summary>accuracy</summary>' in section
     assert section.count('class="run-mark"') == 1 and f"run {FAILED_RUN} failed: not plotted" in section
+    assert "run not complete (failed, interrupted or running): not plotted" in section    # its legend
+    markdown = render_markdown(report)
+    assert f"4 run(s) in the window, 1 not complete and left out of the values: {FAILED_RUN} (failed)." in markdown
+    evil_rows = [line for line in markdown.split(" / nightly", 1)[1].splitlines()
+                 if line.startswith("| divergence\\_rate |")]
+    assert len(evil_rows) == 3 and all(row.endswith("| 0.05 -> 0.1 -> 0.5 |") for row in evil_rows)
 
     # the failed run's own page shows what it stored, and says it is not plotted
     page = (index.parent / "runs" / f"{FAILED_RUN}.html").read_text()
