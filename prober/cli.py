@@ -282,16 +282,24 @@ def history(
         rows = metric_over_time(store, metric, target=target, suite=suite, labels=wanted, since=start)
     finally:
         store.close()
-    table = Table(Column("run started (UTC)", no_wrap=True), Column("run", no_wrap=True), "suite", "target",
-                  Column("labels", no_wrap=True), "value", "95% CI", "n", "unit", "run status",
-                  title=_shown(metric))
+    # 80 columns: a column whose value is the same on every row (one target, one suite) moves into
+    # the title; words wrap, and the interval wraps at its " .. ".
+    headers = {"suite": "suite", "target": "target", "unit": "unit", "run_status": "run status"}
+    constant = {key: rows[0][key] for key in headers if len({r[key] for r in rows}) == 1}
+    title = ", ".join([_shown(metric), *(f"{headers[k]} {_shown(v)}" for k, v in constant.items() if v)])
+    before = [key for key in ("suite", "target") if key not in constant]
+    after = [key for key in ("unit", "run_status") if key not in constant]
+    table = Table(Column("run started (UTC)", no_wrap=True), Column("run", no_wrap=True),
+                  *(text_column(headers[key]) for key in before), text_column("labels"),
+                  Column("value", no_wrap=True), text_column("95% CI"), Column("n", no_wrap=True),
+                  *(text_column(headers[key]) for key in after), title=title)
     for r in rows:
         ci = interval_text(r["ci_low"], r["ci_high"], r.get("flags"))
-        table.add_row(r["run_started_at"].strftime("%Y-%m-%d %H:%M:%S"), _shown(r["run_id"]), _shown(r["suite"]),
-                      _shown(r["target"]),
+        table.add_row(r["run_started_at"].strftime("%Y-%m-%d %H:%M"), _shown(r["run_id"]),
+                      *(_shown(r[key]) for key in before),
                       _shown(", ".join(f"{k}={v}" for k, v in sorted((r["labels"] or {}).items()))),
                       _fmt(r["value"]) + (f" {FLAG_MARKER}" if r.get("flags") else ""), ci,
-                      "" if r["n"] is None else str(r["n"]), _shown(r["unit"] or ""), _shown(r["run_status"]))
+                      "" if r["n"] is None else str(r["n"]), *(_shown(r[key] or "") for key in after))
     out.print(table)
 
 

@@ -84,3 +84,17 @@ def test_runs_fits_80_columns(caching_run):
     assert listed.returncode == 0, listed.stderr
     _fits(listed.stdout)
     assert run_id in listed.stdout and "complete" in listed.stdout
+
+
+@pytest.mark.emulator
+def test_history_fits_80_columns_with_constant_columns_in_its_title(caching_run):
+    tmp, run_id, _ = caching_run
+    result = prober("history", "--metric", "a_metric_name_that_is_rather_long_too", cwd=tmp, env={"COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    _fits(result.stdout)
+    # one target, one suite, one unit, one status: said once in the title, not in a column each
+    assert "a_metric_name_that_is_rather_long_too, suite caching, target emulator, unit tokens, run status " \
+           "complete" in " ".join(result.stdout.split())
+    header = next(line for line in result.stdout.splitlines() if "run started" in line)
+    assert "suite" not in header and "target" not in header
+    assert run_id in result.stdout and "123,457" in result.stdout and "100,000" in result.stdout
