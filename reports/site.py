@@ -4,7 +4,8 @@ DIR/runs/<run>.html (one page per run). Every page carries the banner of firing 
 target and suite has a stable anchor (`latest.html#<target>-<suite>`, reports/collect.anchors).
 
 Each file is written aside and renamed into place, so that a web server never serves half a page;
-every page is rewritten each time, because the banner is about now.
+every page is rewritten each time, because the banner is about now, and the page of a run that left
+the window is removed (DIR/runs/ holds the site's pages only).
 """
 
 from __future__ import annotations
@@ -76,11 +77,17 @@ def write_site(store: Store, verdicts: Verdicts, report: Report, out_dir: Path) 
     since, target = report.since, report.target
     runs = [run for run in store.list_runs(limit=MAX_RUNS, target=target)
             if since is None or run["started_at"] >= since]
-    (out_dir / "runs").mkdir(parents=True, exist_ok=True)
+    pages = out_dir / "runs"
+    pages.mkdir(parents=True, exist_ok=True)
+    written = set()
     for run in runs:
         page = collect(store, verdicts, since, target, run_id=run["id"])
         page.firing = report.firing      # the banner links to the full report's anchors
-        _write(out_dir / "runs" / run_page_name(run["id"]), render_html(page, root="../"))
+        written.add(run_page_name(run["id"]))
+        _write(pages / run_page_name(run["id"]), render_html(page, root="../"))
+    for stale in pages.glob("*.html"):   # runs that left the window: the index no longer links them
+        if stale.name not in written:
+            stale.unlink()
     _write(out_dir / "latest.html", render_html(report))
     index = out_dir / "index.html"
     _write(index, render_index(site_index(report, runs), report.firing))

@@ -27,6 +27,8 @@ SCREENSHOTS = Path(os.environ.get("PROBER_CI_ARTIFACTS", Path(__file__).parents[
 def site(report_store):
     tmp, config, store = report_store
     write_cli_config(tmp, config)
+    (tmp / "site" / "runs").mkdir(parents=True)
+    (tmp / "site" / "runs" / "left-the-window.html").write_text("an old run's page")
     result = prober("report", "--out", str(tmp / "site"), cwd=tmp)
     assert result.returncode == 0, result.stderr
     index = Path(result.stdout.strip().splitlines()[-1])
@@ -44,6 +46,7 @@ def test_site_has_index_latest_and_a_page_per_run(site):
     assert index == (tmp / "site" / "index.html").resolve()
     pages = _pages(root)
     runs = store.list_runs(limit=100)
+    # (the page of a run that left the window is gone)
     assert set(pages) == {"index.html", "latest.html"} | {f"runs/{run_page_name(r['id'])}" for r in runs}
     assert not list(root.rglob(".*.partial"))
 
