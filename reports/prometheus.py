@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from prober.core.controlchars import escape_controls
 from prober.core.records import utcnow
+from reports.run_lines import target_states
 
 if TYPE_CHECKING:
     from reports.collect import Verdicts
@@ -130,13 +131,6 @@ def _labels_text(labels: dict[str, Any] | None) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted((labels or {}).items()) if v is not None)
 
 
-def _target_statuses(run: dict[str, Any]) -> dict[str, str]:
-    """target -> that target's own status in the run (the run's status where none was recorded)."""
-    recorded = run.get("target_status") or {}
-    return {target: (recorded.get(target) or {}).get("status") or run["status"]
-            for target in dict.fromkeys([*(run.get("targets") or []), *recorded])}
-
-
 class _Families:
     def __init__(self) -> None:
         self.families: dict[str, _Family] = {}
@@ -187,7 +181,7 @@ def _run_families(out: _Families, rows: list[dict[str, Any]], latest: dict[tuple
                 {"target": target, "suite": suite}, max(0.0, (now - when).total_seconds()))
     newest: dict[tuple[str, str], str] = {}
     for run in sorted(runs, key=lambda r: r["started_at"]):     # the newest run of each target wins
-        for target, status in _target_statuses(run).items():
+        for target, (status, _) in target_states(run).items():
             newest[(target, run["suite"])] = status
     for (target, suite), status in newest.items():
         for known in dict.fromkeys([*RUN_STATUSES, status]):

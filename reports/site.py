@@ -17,6 +17,7 @@ from typing import Any
 
 from reports.collect import FiringAlert, Report, Verdicts, collect, run_page_name
 from reports.html import render_html, render_index
+from reports.run_lines import target_states
 from store import Store
 
 # Runs listed (and given a page) in the index, newest first: a month of nightly suites and more.
@@ -45,17 +46,10 @@ class SiteIndex:
     targets: dict[str, list[IndexRun]] = field(default_factory=dict)
 
 
-def _per_target(run: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    recorded = run.get("target_status") or {}
-    return {target: ((recorded.get(target) or {}).get("status") or run["status"],
-                     (recorded.get(target) or {}).get("reason") or "")
-            for target in dict.fromkeys([*(run.get("targets") or []), *recorded])}
-
-
 def site_index(report: Report, runs: list[dict[str, Any]]) -> SiteIndex:
     index = SiteIndex(report.generated_at, report.since, report.store_url)
     for run in runs:
-        for target, (status, reason) in _per_target(run).items():
+        for target, (status, reason) in target_states(run).items():
             if report.target is not None and target != report.target:
                 continue
             firing = [a for a in report.firing if (a.target, a.suite) == (target, run["suite"])]
