@@ -9,20 +9,20 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any, cast
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
 
     from prober.core.config import ProberConfig
-    from prober.core.records import Metric
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
 
+from prober.commands.terminal import FLAG_MARKER, print_metrics, text_column, value_column
+from prober.commands.terminal import fmt as _fmt
+from prober.commands.terminal import shown as _shown
 from prober.core.config import load_config
-from prober.core.controlchars import escape_controls
 from prober.core.errors import ConfigError, ProberError
-from prober.core.redact import RedactingStream, redact_text, register_config
+from prober.core.redact import RedactingStream, register_config
 from prober.store_access import open_store, require_known_target
 
 # Subcommands inherit the context settings: `-h` is `--help` everywhere.
@@ -73,12 +73,6 @@ def _config(path: Path | None, db: str | None = None) -> ProberConfig:
     return config
 
 
-def _shown(value: Any) -> str:
-    """Stored or endpoint-supplied text for a table cell or a line: secrets masked, control
-    characters escaped (prober/core/controlchars.py), rich markup inert."""
-    return escape(escape_controls(redact_text(str(value))))
-
-
 def _url_shown(url: str) -> str:
     """A URL for the terminal: a password in it masked whatever its length."""
     from store.engine import redacted
@@ -119,7 +113,7 @@ def run(
     from prober.commands.run import run_and_judge
 
     result = run_and_judge(cfg, err, suite, target or None, overrides)
-    _print_metrics(result.metrics, title=f"run {result.run_id} ({result.status})")
+    print_metrics(out, result.metrics, title=f"run {result.run_id} ({result.status})")
     for problem in result.problems:
         err.print(f"problem: {_shown(problem)}")
     if result.alerts is not None:
@@ -188,91 +182,33 @@ def runs(
         store.close()
     from reports.run_lines import target_status_text
 
-    table = Table("suite", "started (UTC)", "status", "targets", "samples", "errors")
-    table.columns.insert(0, Column("run", no_wrap=True))
-    table.columns[1].no_wrap = table.columns[2].no_wrap = True
+    # fits 80 columns: ids, times and counts whole, the words (suite, status, reasons) wrapped
+    table = Table(Column("run", no_wrap=True), text_column("suite"), Column("started (UTC)", no_wrap=True),
+                  Column("status", no_wrap=True), value_column("samples\n(errors)"), text_column("targets"))
     for r in rows:
-        table.add_row(_shown(r["id"]), _shown(r["suite"]), r["started_at"].strftime("%Y-%m-%d %H:%M:%S"),
-                      _shown(r["status"]), _shown(target_status_text(r)), str(r.get("sample_count", 0)),
-                      str(r.get("error_count", 0)))
+        table.add_row(_shown(r["id"]), _shown(r["suite"]), r["started_at"].strftime("%Y-%m-%d %H:%M"),
+                      _shown(r["status"]), f"{r.get('sample_count', 0)} ({r.get('error_count', 0)})",
+                      _shown(target_status_text(r)))
     out.print(table)
 
 
 @app.command()
 def show(
     run_id: Annotated[str, typer.Argument(help="run id or a unique prefix of one")],
+    probe: Annotated[str | None, typer.Option("--probe", help="only this probe's metrics")] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", "-l", help="KEY=VALUE: only metrics with "
+                                                     "this label; repeatable or comma-separated")] = None,
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
     """Show a run: each target's status (and why it failed), what each suite entry measured
     (probe version, effective parameters), its metrics, and the state of every SLO rule.
 
-    Example: prober show 3f2a9c
+    Example: prober show 3f2a9c --probe caching --label case=repeat
     """
-    from prober.alerting.slo_rules import rule_state_lines
-    from prober.core.records import Metric
-    from reports.run_lines import provenance_lines
-    from store.engine import redacted
+    from prober.commands.show import show_run
 
-    cfg = _config(config, db)
-    store = open_store(cfg.store.url, err)
-    try:
-        found = store.get_run(run_id)
-        if found is None:
-            raise ConfigError(f"no run with id {run_id!r} in {redacted(cfg.store.url)}")
-        rows = store.metrics(found["id"])
-        entries = store.run_entries(found["id"])
-    finally:
-        store.close()
-    metrics = [Metric(**{k: r[k] for k in ("run_id", "target", "probe", "name", "value", "labels", "ci_low",
-                                           "ci_high", "n", "unit", "flags")}) for r in rows]
-    for line in provenance_lines(found, entries):
-        out.print(_shown(line), soft_wrap=True)
-    _print_metrics(metrics, title=f"run {found['id']}: {found['suite']} ({found['status']})")
-    for line in rule_state_lines(found, entries, rows, cfg.slo):
-        out.print(_shown(line), soft_wrap=True)
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.3g}"
-
-
-# Next to a flagged value (a percentile too poorly estimated to judge); the legend says why.
-FLAG_MARKER = "!"
-
-
-def _print_metrics(metrics: Sequence[Metric], title: str) -> None:
-    """One narrow table per target and probe: rows grouped by their labels (e.g. concurrency)."""
-    from prober.core.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
-    from reports.svg import interval_text
-
-    out.print(_shown(title))
-    groups: dict[tuple[str, str], list[Metric]] = {}
-    for m in metrics:
-        groups.setdefault((m.target, m.probe), []).append(m)
-    for (target_name, probe_name), rows in groups.items():
-        table = Table(Column("labels", no_wrap=True), Column("metric", no_wrap=True), "value", "95% CI",
-                      "n", "unit",
-                      title=f"{_shown(target_name)} / {_shown(probe_name)}")
-        order = {name: i for i, name in enumerate(dict.fromkeys(m.name for m in rows))}
-
-        def label_key(m: Metric) -> list[tuple[str, str]]:
-            return sorted((k, str(v).zfill(8)) for k, v in m.labels.items())
-
-        for m in sorted(rows, key=lambda m: (label_key(m), order[m.name])):
-            labels = ", ".join(f"{k}={v}" for k, v in sorted(m.labels.items()))
-            value = _fmt(m.value) + (f" {FLAG_MARKER}" if m.flags else "")
-            table.add_row(_shown(labels), _shown(m.name), value, interval_text(m.ci_low, m.ci_high, m.flags),
-                          "" if m.n is None else str(m.n), _shown(m.unit or ""))
-        out.print(table)
-    flags = sorted({flag for m in metrics for flag in m.flags or []})
-    for flag in flags:
-        out.print(escape(f"{FLAG_MARKER} {flag}: {FLAG_NOTES.get(flag, 'never judged by an SLO or a drift test')}"))
-    out.print(escape(PERCENTILE_INTERVAL_NOTE))
+    show_run(_config(config, db), run_id, out, err, probe, label or [])
 
 
 SinceOption = Annotated[str | None, typer.Option("--since", help="runs started within this period "
@@ -289,25 +225,30 @@ def report(
     db: DbOption = None,
 ) -> None:
     """Write a report: per target and suite, the latest metrics against their SLOs, trends over
-    time, each suite's charts and a few sample outputs. The last line printed is the file's path.
+    time, each suite's charts and a few sample outputs. HTML maintains a site in OUT
+    (index.html, latest.html, runs/<run>.html); md and json write one timestamped file. The last
+    line printed is the path of the index or the file.
 
     Example: prober report --since 30d --format html --out /var/www/prober
     """
     from prober.alerting.verdicts import ReportVerdicts
     from reports.collect import collect, parse_since
     from reports.render import RENDERERS, write_report
+    from reports.site import write_site
 
     if fmt not in RENDERERS:
         raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(RENDERERS)}")
     cfg = _config(config, db)
     start = parse_since(since)
+    verdicts = ReportVerdicts(cfg.slo, cfg.drift)
     store = open_store(cfg.store.url, err)
     try:
         require_known_target(store, cfg, target)
-        collected = collect(store, ReportVerdicts(cfg.slo, cfg.drift), start, target)
+        collected = collect(store, verdicts, start, target)
+        path = write_site(store, verdicts, collected, out_dir) if fmt == "html" else None
     finally:
         store.close()
-    path = write_report(collected, fmt, out_dir)
+    path = path or write_report(collected, fmt, out_dir)
     broken = sum(1 for section in collected.sections for _, result in section.slo_results if result.broken)
     err.print(f"{len(collected.sections)} target/suite section(s), {broken} SLO result(s) broken")
     out.print(escape(str(path)), soft_wrap=True)
@@ -341,16 +282,24 @@ def history(
         rows = metric_over_time(store, metric, target=target, suite=suite, labels=wanted, since=start)
     finally:
         store.close()
-    table = Table(Column("run started (UTC)", no_wrap=True), Column("run", no_wrap=True), "suite", "target",
-                  Column("labels", no_wrap=True), "value", "95% CI", "n", "unit", "run status",
-                  title=_shown(metric))
+    # 80 columns: a column whose value is the same on every row (one target, one suite) moves into
+    # the title; words wrap, and the interval wraps at its " .. ".
+    headers = {"suite": "suite", "target": "target", "unit": "unit", "run_status": "run status"}
+    constant = {key: rows[0][key] for key in headers if len({r[key] for r in rows}) == 1}
+    title = ", ".join([_shown(metric), *(f"{headers[k]} {_shown(v)}" for k, v in constant.items() if v)])
+    before = [key for key in ("suite", "target") if key not in constant]
+    after = [key for key in ("unit", "run_status") if key not in constant]
+    table = Table(Column("run started (UTC)", no_wrap=True), Column("run", no_wrap=True),
+                  *(text_column(headers[key]) for key in before), text_column("labels"),
+                  Column("value", no_wrap=True), text_column("95% CI"), Column("n", no_wrap=True),
+                  *(text_column(headers[key]) for key in after), title=title)
     for r in rows:
         ci = interval_text(r["ci_low"], r["ci_high"], r.get("flags"))
-        table.add_row(r["run_started_at"].strftime("%Y-%m-%d %H:%M:%S"), _shown(r["run_id"]), _shown(r["suite"]),
-                      _shown(r["target"]),
+        table.add_row(r["run_started_at"].strftime("%Y-%m-%d %H:%M"), _shown(r["run_id"]),
+                      *(_shown(r[key]) for key in before),
                       _shown(", ".join(f"{k}={v}" for k, v in sorted((r["labels"] or {}).items()))),
                       _fmt(r["value"]) + (f" {FLAG_MARKER}" if r.get("flags") else ""), ci,
-                      "" if r["n"] is None else str(r["n"]), _shown(r["unit"] or ""), _shown(r["run_status"]))
+                      "" if r["n"] is None else str(r["n"]), *(_shown(r[key] or "") for key in after))
     out.print(table)
 
 
@@ -418,7 +367,7 @@ def export(
     """
     from reports.collect import parse_since
     from reports.export import TABLE_FORMATS, export_tables
-    from reports.prometheus import describe, exposition
+    from reports.prometheus import describe, exposition, recent_runs
     from store.engine import redacted
 
     if fmt not in (*TABLE_FORMATS, "prometheus"):
@@ -433,12 +382,16 @@ def export(
                 raise ConfigError(f"no run with id {run_id!r} in {redacted(cfg.store.url)}")
             run_id = found["id"]
         if fmt == "prometheus":
+            from prober.alerting.verdicts import ReportVerdicts
+
             rows = store.metric_history(since=start, run_id=run_id, target=target)
+            text = exposition(rows, runs=recent_runs(store, since=start, run_id=run_id, target=target),
+                              alerts=store.alerts(), verdicts=ReportVerdicts(cfg.slo))
             out_dir.mkdir(parents=True, exist_ok=True)
             path = out_dir / "prober.prom"
             # node_exporter may read the directory at any moment: write aside, then rename.
             partial = out_dir / ".prober.prom.partial"
-            partial.write_text(exposition(rows), encoding="utf-8")
+            partial.write_text(text, encoding="utf-8")
             partial.replace(path)
             err.print(f"exported {_shown(describe(rows))}")
             written = [path.resolve()]

@@ -1,5 +1,6 @@
-"""Progress for long runs: a rich bar per suite level on a terminal, one line per level otherwise
-(cron logs and CI output stay readable)."""
+"""Progress for long runs: a rich bar per suite level on a terminal, with the time it has taken and
+the time it will still take at its rate so far (the ETA), one line per level otherwise (cron logs
+and CI output stay readable)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 
 class RunProgress:
@@ -24,7 +33,7 @@ class RunProgress:
         if self.live:
             self._bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                   TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(),
-                                  console=self.console)
+                                  TextColumn("eta"), TimeRemainingColumn(), console=self.console)
             self._bars.start()
         return self
 

@@ -4,11 +4,16 @@ SLO rules, every metric's values over time, each suite's own charts, and a few s
 The renderers (html, markdown, json_report) only format what is collected here. The verdicts (SLO
 checks, baseline resets) come from the `Verdicts` the command layer passes in: reports render them
 and import no alerting code.
+
+Only complete runs are data: a failed, interrupted or running run's values are neither plotted nor
+listed among a metric's values in the window; the trend charts mark such a run where it happened,
+and its own page (reports/site.py) shows what it stored.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import math
 import re
 from collections import defaultdict
@@ -97,6 +102,10 @@ class RunInfo:
     started_at: dt.datetime
     status: str
 
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"
+
 
 @dataclass
 class FiringAlert:
@@ -109,6 +118,10 @@ class FiringAlert:
     labels: dict[str, Any]
     summary: str
     fired_at: dt.datetime | None
+    target: str = ""
+    suite: str = ""
+    # the `Section.anchor` of its target and suite in the full report; "" when it has no section
+    anchor: str = ""
 
 
 @dataclass
@@ -118,6 +131,8 @@ class ProbeSection:
     plots: list[Plot]
     trends: list[Plot]
     examples: list[Example]
+    # metrics with a firing alert or a broken SLO: their trend panels start open
+    alerting_metrics: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -134,6 +149,8 @@ class Section:
     # "baseline reset: ..." lines for entries that no earlier run is comparable with.
     provenance: list[str] = field(default_factory=list)
     baseline_resets: list[str] = field(default_factory=list)
+    # a stable fragment id, "<target>-<suite>" slugged (see `anchors`)
+    anchor: str = ""
 
     @property
     def slo_results(self) -> list[tuple[LatestMetric, SloResult]]:
@@ -147,6 +164,10 @@ class Report:
     target: str | None
     store_url: str
     sections: list[Section]
+    # every alert firing now (of `target` when one is given): the banner on top of every page
+    firing: list[FiringAlert] = field(default_factory=list)
+    # the run a run page is about (collect(run_id=...)); None for the report over the window
+    run: RunInfo | None = None
 
 
 def _series_key(row: dict[str, Any]) -> tuple[str, str, str]:
@@ -159,13 +180,53 @@ def _latest_run(runs: list[RunInfo]) -> RunInfo:
     return (complete or runs)[-1]
 
 
+_SLUG_UNSAFE = re.compile(r"[^a-z0-9]+")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+def slug(text: str) -> str:
+    """Lower-case letters, digits and single dashes: safe in a URL fragment, an id and a file name."""
+    return _SLUG_UNSAFE.sub("-", text.lower()).strip("-")
+
+
+def anchors(keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """(target, suite) -> "<target>-<suite>" slugged; two keys that slug alike (`a.b` and `a-b`)
+    get -2, -3 in sorted order, so each anchor stays the same from one report to the next."""
+    taken: dict[tuple[str, str], str] = {}
+    used: set[str] = set()
+    for key in sorted(keys):
+        base = slug(f"{key[0]}-{key[1]}") or "section"
+        anchor, n = base, 1
+        while anchor in used:
+            n += 1
+            anchor = f"{base}-{n}"
+        used.add(anchor)
+        taken[key] = anchor
+    return taken
+
+
+def run_page_name(run_id: str) -> str:
+    """The file name of a run's page: the id itself where it is a safe file name (prober's ids
+    are), otherwise a hash of it (a run id in a store is text like any other)."""
+    if _SAFE_NAME.fullmatch(run_id):
+        return f"{run_id}.html"
+    return f"run-{hashlib.sha256(run_id.encode()).hexdigest()[:16]}.html"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def _history(rows: Sequence[dict[str, Any]]) -> list[MetricSeries]:
+    """Each metric's values per complete run; other runs are remembered as marks, not points."""
     series: dict[tuple[str, str, str], MetricSeries] = {}
     for row in rows:
         key = _series_key(row)
         if key not in series:
             series[key] = MetricSeries(row["probe"], row["name"], row.get("labels") or {}, row.get("unit"))
-        if isinstance(row.get("value"), (int, float)) and math.isfinite(row["value"]):
+        if row["run_status"] != "complete":
+            series[key].marks.append((row["run_started_at"], f"run {row['run_id']} {row['run_status']}: not plotted"))
+        elif _is_number(row.get("value")):
             series[key].points.append(point(row["run_started_at"], row, note=f"run {row['run_id']}"))
     return list(series.values())
 
@@ -179,49 +240,80 @@ def _provenance(store: Store, run_id: str, target: str, verdicts: Verdicts) -> t
     return provenance_lines(run, store.run_entries(run_id, target=target)), resets
 
 
-def _section(store: Store, verdicts: Verdicts, target: str, suite: str,
-             rows: list[dict[str, Any]], firing: list[FiringAlert]) -> Section:
+def _section(store: Store, verdicts: Verdicts, target: str, suite: str, rows: list[dict[str, Any]],
+             firing: list[FiringAlert], latest_id: str | None = None) -> Section:
     runs = list({row["run_id"]: RunInfo(row["run_id"], row["run_started_at"], row["run_status"])
                  for row in rows}.values())
-    latest = _latest_run(runs)
+    latest = next(r for r in runs if r.id == latest_id) if latest_id else _latest_run(runs)
     latest_rows = [row for row in rows if row["run_id"] == latest.id]
     checks = defaultdict(list)
     for check in verdicts.slo_checks(latest_rows, {"id": latest.id, "suite": suite}):
         condition = f"{check.rule.comparator} {check.rule.threshold:g}"
         checks[check.metric["id"]].append(SloResult(check.rule.name, condition, check.rule.severity, check.broken))
+    # the values the trends plot, so that the table and the charts agree
     recent: dict[tuple[str, str, str], list[float | None]] = defaultdict(list)
     for row in rows:
-        recent[_series_key(row)].append(row.get("value"))
+        if row["run_status"] == "complete":
+            recent[_series_key(row)].append(row.get("value"))
     history = _history(rows)
     examples = pick_examples(store.samples(latest.id, target=target))
     probes = []
     for probe in dict.fromkeys(row["probe"] for row in latest_rows):
         probe_rows = [row for row in latest_rows if row["probe"] == probe]
         probe_history = [s for s in history if s.probe == probe]
+        alerting = {a.metric for a in firing} | {row["name"] for row in probe_rows
+                                                  if any(r.broken for r in checks.get(row["id"], []))}
+        trends = trend_plots(probe_history)
         probes.append(ProbeSection(
             probe=probe,
             metrics=[LatestMetric(probe, row["name"], row.get("labels") or {}, row.get("value"), row.get("ci_low"),
                                   row.get("ci_high"), row.get("n"), row.get("unit"), checks.get(row["id"], []),
                                   recent[_series_key(row)], row.get("flags") or None) for row in probe_rows],
             plots=suite_plots(probe, probe_rows, probe_history),
-            trends=trend_plots(probe_history),
-            examples=[e for e in examples if e.probe == probe]))
+            trends=trends,
+            examples=[e for e in examples if e.probe == probe],
+            alerting_metrics=[plot.title for plot in trends if plot.title in alerting]))
     provenance, resets = _provenance(store, latest.id, target, verdicts)
     return Section(target=target, suite=suite, runs=runs, latest_run=latest, probes=probes, firing=firing,
                    provenance=provenance, baseline_resets=resets)
 
 
 def collect(store: Store, verdicts: Verdicts, since: dt.datetime | None = None,
-            target: str | None = None) -> Report:
-    """The report over the runs started since `since` (all runs when None), for one target or all."""
+            target: str | None = None, run_id: str | None = None) -> Report:
+    """The report over the runs started since `since` (all runs when None), for one target or all.
+
+    With `run_id`, the page of that run: a section per target it stored metrics for, with that run
+    as the latest and the history up to it (ConfigError when there is no such run)."""
+    run: RunInfo | None = None
+    suite: str | None = None
+    if run_id is not None:
+        found = store.get_run(run_id)
+        if found is None:
+            raise ConfigError(f"no run with id {run_id!r}")
+        run, suite = RunInfo(found["id"], found["started_at"], found["status"]), found["suite"]
     grouped: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for row in store.metric_history(since=since, target=target):
-        grouped[(row["target"], row["suite"])].append(row)
+    for row in store.metric_history(since=since, target=target, suite=suite):
+        if run is None or row["run_started_at"] <= run.started_at:
+            grouped[(row["target"], row["suite"])].append(row)
+    if run is not None:
+        grouped = defaultdict(list, {key: rows for key, rows in grouped.items()
+                                     if any(row["run_id"] == run.id for row in rows)})
+    names = anchors(list(grouped))
     firing: dict[tuple[str, str], list[FiringAlert]] = defaultdict(list)
+    every_firing = []
     for alert in store.alerts(state="firing"):
-        firing[(alert["target"], alert["suite"])].append(FiringAlert(
-            alert["name"], alert["kind"], alert["severity"], alert["metric"], alert.get("labels") or {},
-            alert["summary"], alert.get("fired_at")))
-    sections = [_section(store, verdicts, target_name, suite, rows, firing[(target_name, suite)])
-                for (target_name, suite), rows in sorted(grouped.items())]
-    return Report(generated_at=utcnow(), since=since, target=target, store_url=store.url, sections=sections)
+        if target is not None and alert["target"] != target:
+            continue
+        key = (alert["target"], alert["suite"])
+        shown = FiringAlert(alert["name"], alert["kind"], alert["severity"], alert["metric"],
+                            alert.get("labels") or {}, alert["summary"], alert.get("fired_at"),
+                            target=alert["target"], suite=alert["suite"], anchor=names.get(key, ""))
+        firing[key].append(shown)
+        every_firing.append(shown)
+    sections = [_section(store, verdicts, target_name, suite_name, rows, firing[(target_name, suite_name)],
+                         latest_id=run.id if run is not None else None)
+                for (target_name, suite_name), rows in sorted(grouped.items())]
+    for section in sections:
+        section.anchor = names[(section.target, section.suite)]
+    return Report(generated_at=utcnow(), since=since, target=target, store_url=store.url, sections=sections,
+                  firing=every_firing, run=run)

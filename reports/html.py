@@ -7,15 +7,20 @@ access as a second line of defence.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jinja2
 from markupsafe import Markup
 
 from prober.core.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
-from reports.collect import Report
+from reports.collect import FiringAlert, Report, run_page_name
 from reports.plots import label_text
 from reports.svg import fmt, interval_text, render
+
+if TYPE_CHECKING:
+    from reports.site import SiteIndex
 
 _ENV = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
@@ -30,8 +35,15 @@ _ENV.filters["svg"] = lambda plot: Markup(render(plot))
 _ENV.filters["interval"] = lambda m: interval_text(m.ci_low, m.ci_high, m.flags)
 _ENV.globals["flag_notes"] = FLAG_NOTES
 _ENV.globals["percentile_note"] = PERCENTILE_INTERVAL_NOTE
+_ENV.filters["page"] = run_page_name
 _ENV.filters["utc"] = lambda when: "-" if when is None else when.strftime("%Y-%m-%d %H:%M UTC")
 
 
-def render_html(report: Report) -> str:
-    return _ENV.get_template("report.html.j2").render(report=report)
+def render_html(report: Report, root: str = "") -> str:
+    """A report page; `root` leads from where the page is written to the site's top directory
+    (reports/site.py), whose index.html, latest.html and runs/ the page links to."""
+    return _ENV.get_template("report.html.j2").render(report=report, firing=report.firing, root=root)
+
+
+def render_index(index: SiteIndex, firing: Sequence[FiringAlert]) -> str:
+    return _ENV.get_template("index.html.j2").render(index=index, firing=firing, root="")

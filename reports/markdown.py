@@ -79,11 +79,17 @@ def _plot_summary(plot: Plot) -> list[str]:
     return lines + [""]
 
 
+def _not_complete(section: Section) -> str:
+    skipped = [run for run in section.runs if not run.complete]
+    return "" if not skipped else (f", {len(skipped)} not complete and left out of the values: "
+                                   + ", ".join(f"{text(run.id)} ({text(run.status)})" for run in skipped))
+
+
 def _section(section: Section) -> list[str]:
     latest = section.latest_run
     lines = [f"## {text(section.target)} / {text(section.suite)}", "",
              f"Latest run `{latest.id}` started {_utc(latest.started_at)}, status {latest.status}; "
-             f"{len(section.runs)} run(s) in the window.", ""]
+             f"{len(section.runs)} run(s) in the window{_not_complete(section)}.", ""]
     if section.provenance:
         lines += ["What it measured:", "", *(f"- {text(line.strip())}" for line in section.provenance), ""]
     if section.baseline_resets:
@@ -108,7 +114,7 @@ def _section(section: Section) -> list[str]:
         lines += [f"### {text(probe.probe)}", ""]
         for plot in probe.plots:
             lines += _plot_summary(plot)
-        lines += ["| metric | labels | value | 95% CI | n | unit | SLO | values in window (oldest first) |",
+        lines += ["| metric | labels | value | 95% CI | n | unit | SLO | values of complete runs (oldest first) |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         lines += [f"| {text(m.name)} | {text(label_text(m.labels))} | {_value(m)} | {_ci(m)} | "
                   f"{'' if m.n is None else m.n} | {text(m.unit or '')} | {_slo_cell(m)} | "

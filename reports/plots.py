@@ -52,6 +52,8 @@ class Plot:
     note: str = ""
     y_unit: str = ""
     omitted_series: int = 0
+    # runs drawn as a vertical mark, not a point (a failed run): (x, why)
+    marks: list[tuple[dt.datetime, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -63,6 +65,8 @@ class MetricSeries:
     labels: dict[str, Any]
     unit: str | None
     points: list[Point] = field(default_factory=list)
+    # runs whose value is not data (failed, interrupted, running): (run started, why)
+    marks: list[tuple[dt.datetime, str]] = field(default_factory=list)
 
 
 def label_text(labels: dict[str, Any] | None, skip: Iterable[str] = ()) -> str:
@@ -156,9 +160,10 @@ def over_time(history: Sequence[MetricSeries], name: str, title: str, y_label: s
     if not chosen:
         return None
     shown = chosen[:MAX_TREND_SERIES]
+    marks = sorted(dict.fromkeys(mark for s in history if s.name == name for mark in s.marks))
     return Plot(title=title, x_label="run started (UTC)", y_label=y_label, x_kind="time",
                 series=[PlotSeries(label_text(s.labels) or s.name, s.points) for s in shown],
-                y_unit=shown[0].unit or "", omitted_series=len(chosen) - len(shown))
+                y_unit=shown[0].unit or "", omitted_series=len(chosen) - len(shown), marks=marks)
 
 
 def _note_values(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:

@@ -23,6 +23,15 @@ def target_status_text(run: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def target_states(run: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """target -> (its own status in the run, the reason or ""); the run's status for a target with
+    no record of its own (runs stored before per-target status was)."""
+    recorded = run.get("target_status") or {}
+    return {target: ((recorded.get(target) or {}).get("status") or run["status"],
+                     (recorded.get(target) or {}).get("reason") or "")
+            for target in dict.fromkeys([*(run.get("targets") or []), *recorded])}
+
+
 def provenance_lines(run: dict[str, Any], entries: Sequence[dict[str, Any]]) -> list[str]:
     """What the run measured: prober's version, and per target its status, reason, config hash and
     each suite entry's probe version and effective parameters."""

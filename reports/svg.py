@@ -62,7 +62,7 @@ class _XScale:
 
     def __init__(self, plot: Plot, left: float, right: float) -> None:
         self.kind = plot.x_kind
-        xs = [p.x for s in plot.series for p in s.points]
+        xs = [p.x for s in plot.series for p in s.points] + [x for x, _ in plot.marks]
         if self.kind == "category":
             self.categories = list(dict.fromkeys(str(x) for x in xs))
         self.values = sorted({self._raw(x) for x in xs})
@@ -106,8 +106,12 @@ class _XScale:
         return self.left + (raw - self.low) / (self.high - self.low) * (self.right - self.left)
 
 
+def _tooltip_time(when: dt.datetime) -> str:
+    return when.strftime("%Y-%m-%d %H:%M UTC")
+
+
 def _tooltip(label: str, point: Point) -> str:
-    x = point.x.strftime("%Y-%m-%d %H:%M UTC") if isinstance(point.x, dt.datetime) else \
+    x = _tooltip_time(point.x) if isinstance(point.x, dt.datetime) else \
         (fmt(point.x) if isinstance(point.x, (int, float)) else point.x)
     interval = f" [{fmt(point.low)} .. {fmt(point.high)}]" if point.low is not None and point.high is not None else ""
     note = f" {point.note}" if point.note else ""
@@ -116,7 +120,8 @@ def _tooltip(label: str, point: Point) -> str:
 
 def render(plot: Plot) -> str:
     """The chart as an <svg> element; every piece of text in it is escaped."""
-    height = TOP + PLOT_HEIGHT + BOTTOM + LEGEND_ROW * (len(plot.series) + (1 if plot.omitted_series else 0))
+    extra_rows = (1 if plot.omitted_series else 0) + (1 if plot.marks else 0)
+    height = TOP + PLOT_HEIGHT + BOTTOM + LEGEND_ROW * (len(plot.series) + extra_rows)
     x0, x1, y0, y1 = LEFT, WIDTH - RIGHT, TOP, TOP + PLOT_HEIGHT
     x_scale = _XScale(plot, x0 + 8, x1 - 8)
     y_low, y_high = _y_range(plot)
@@ -140,6 +145,11 @@ def render(plot: Plot) -> str:
     parts.append(f'<text x="{(x0 + x1) / 2}" y="{y1 + 34}" text-anchor="middle">{escape(plot.x_label)}</text>')
     parts.append(f'<text transform="translate(14,{(y0 + y1) / 2}) rotate(-90)" text-anchor="middle">'
                  f'{escape(plot.y_label)}</text>')
+
+    for when, why in plot.marks:     # a run that is not data (failed): marked where it happened, never a point
+        parts.append(f'<line class="run-mark" x1="{x_scale(when):.1f}" y1="{y0}" x2="{x_scale(when):.1f}" y2="{y1}" '
+                     f'stroke="#b00" stroke-dasharray="4 3"><title>{escape(_tooltip_time(when))} {escape(why)}'
+                     f'</title></line>')
 
     # Series side by side at each x, so that their intervals do not hide each other; bands only
     # where they stay readable (overlapping bands of many series make one dark smear).
@@ -171,5 +181,10 @@ def render(plot: Plot) -> str:
         legend_y = y1 + BOTTOM + LEGEND_ROW * len(plot.series) + 4
         parts.append(f'<text x="{x0}" y="{legend_y + 9}" fill="#666">{plot.omitted_series} more series not '
                      f'drawn (see prober history)</text>')
+    if plot.marks:
+        legend_y = y1 + BOTTOM + LEGEND_ROW * (len(plot.series) + (1 if plot.omitted_series else 0)) + 4
+        parts.append(f'<line x1="{x0 + 5}" y1="{legend_y}" x2="{x0 + 5}" y2="{legend_y + 10}" stroke="#b00" '
+                     f'stroke-dasharray="4 3"/><text x="{x0 + 16}" y="{legend_y + 9}">run not complete '
+                     f'(failed, interrupted or running): not plotted</text>')
     parts.append("</svg>")
     return "".join(parts)

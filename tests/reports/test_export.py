@@ -145,6 +145,7 @@ def test_prometheus_names():
     assert gauge_name("caching", "waited_s", "s") == ("prober_caching_waited_seconds", 1.0)
     assert gauge_name("latency", "output_tps_total", "tokens/s")[0] == "prober_latency_output_tps"
     assert gauge_name("x", "odd-name.v2", None)[0] == "prober_x_odd_name_v2"
+    assert gauge_name("schema_order", "discordant_b_only", None)[0] == "prober_schema_order_discordant_bx_only"
     assert label_name("suite") == "label_suite" and label_name("max-tokens") == "max_tokens"
     assert label_value('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
     assert exposition([]) == ""

@@ -9,124 +9,22 @@ import html
 import json
 import math
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from markupsafe import escape
-from rich.console import Console
 
-from prober.alerting.alerts import evaluate_run
 from prober.alerting.verdicts import ReportVerdicts
-from prober.commands.run import run_and_judge
-from prober.core.config import ProberConfig
 from prober.core.errors import ConfigError
-from prober.core.records import Exchange, Metric, Run, Sample
 from reports.collect import collect, parse_since
 from reports.html import render_html
 from reports.json_report import render_json
 from reports.markdown import code_block, render_markdown, text
 from reports.plots import suite_plots
 from reports.svg import render
-from store import Store
+from tests.support.chromium import chromium
 from tests.support.cli import prober
-
-SCRIPT = "<script>alert(1)</script>"
-IMG = '"><img src=x onerror=alert(2)>'
-EVIL_TARGET = 'evil"><img src=x onerror=alert(3)>'
-NOW = dt.datetime.now(dt.UTC)
-
-
-def _config(tmp: Path) -> ProberConfig:
-    scenario = tmp / "scenario.toml"
-    scenario.write_text("output_tokens = 24\nslots = 64\nseed = 3\nfirst_token_delay_ms = 2\n"
-                        "decode_tokens_per_s = 2000\n"
-                        "[nondeterminism]\nflip_rate_per_extra_request = 0.05\nnear_ties = 8\n")
-    return ProberConfig.model_validate({
-        "targets": {"emulator": {"protocol": "anthropic", "model": "emulator-1",
-                                 "emulator": {"scenario": str(scenario)}},
-                    # frequency and presence penalties need the OpenAI protocol
-                    "emulator-openai": {"protocol": "openai", "model": "emulator-1",
-                                        "emulator": {"scenario": str(scenario)}}},
-        "store": {"url": f"sqlite:///{tmp}/prober.db"},
-        "runner": {"progress": False},
-        "slo": [
-            {"name": "ttft-generous", "metric": "ttft_p50_ms", "suite": "latency", "threshold": 60000},
-            {"name": "no-divergence", "metric": "divergence_rate", "target": EVIL_TARGET,
-             "labels": {"concurrency": 16}, "threshold": 0.1, "severity": "critical"},
-        ],
-    })
-
-
-def _exchange(text: str, started: dt.datetime, error: tuple[str, str] | None = None) -> Exchange:
-    return Exchange(protocol="anthropic", url="http://emulator/v1/messages", request_body={"max_tokens": 8},
-                    request_headers={}, started_at=started, start_ns=0, status=200, text=text,
-                    error_type=error[0] if error else None, error_message=error[1] if error else None)
-
-
-def _write_hostile_history(store: Store) -> None:
-    """Three nightly runs of a target whose name, labels, outputs and errors are hostile, with
-    divergence history for the trend charts and penalty / schema-order metrics for their plots."""
-    for day, rate in ((3, 0.05), (2, 0.1), (1, 0.5)):
-        started = NOW - dt.timedelta(days=day)
-        run_id = f"hostile{day}"
-        store.create_run(Run(id=run_id, suite="nightly", started_at=started, prober_version="test",
-                             config_hash="x", host="h", pid=1, targets=[EVIL_TARGET]))
-        metrics = [Metric(run_id, EVIL_TARGET, "divergence", "divergence_rate", rate,
-                          {"prompt": SCRIPT, "concurrency": c}, max(0.0, rate - 0.1), min(1.0, rate + 0.1), 32, "ratio")
-                   for c in (1, 4, 16)]
-        metrics += [Metric(run_id, EVIL_TARGET, "penalty", "corruption_rate", rate * pv if pv else 0.05,
-                           {"mode": "json_object", "n_records": n, "penalty": "frequency_penalty" if pv else "none",
-                            "penalty_value": pv, "temperature": 0.0}, None, None, 20, "ratio")
-                    for pv in (None, 0.5, 1.0) for n in (5, 20)]
-        metrics += [Metric(run_id, EVIL_TARGET, "schema_order", "accuracy", acc, {"variant": variant}, acc - 0.1,
-                           acc + 0.1, 50, "ratio")
-                    for variant, acc in (("answer_first", 0.6), ("reasoning_first", 0.8))]
-        metrics.append(Metric(run_id, EVIL_TARGET, "schema_order", "mcnemar_p", 0.0123,
-                              {"a": "answer_first", "b": "reasoning_first"}, n=50, unit="p"))
-        store.write_metrics(metrics)
-        with store.sample_writer() as writer:
-            for i, output in enumerate(["the usual answer"] * 4 + [SCRIPT + " diverged", IMG]):
-                writer.submit(Sample(run_id, EVIL_TARGET, "divergence", "story", {"prompt": "story", "concurrency": 16},
-                                     _exchange(output, started), request_index=i))
-            writer.submit(Sample(run_id, EVIL_TARGET, "penalty", "records",
-                                 {"mode": "json_object", "n_records": 5, "penalty": "frequency_penalty",
-                                  "penalty_value": 1.0, "temperature": 0.0},
-                                 _exchange('{"records": [{"name": "<b>x</b>", ' + SCRIPT, started), request_index=10))
-            writer.submit(Sample(run_id, EVIL_TARGET, "divergence", "story", {"prompt": "story", "concurrency": 16},
-                                 _exchange("", started, ("server_error", f"upstream said {IMG}")), request_index=11))
-        store.finish_run(run_id, "complete", started + dt.timedelta(minutes=5))
-
-
-@pytest.fixture(scope="module")
-def report_store(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("report")
-    config = _config(tmp)
-    console = Console(stderr=True)
-
-    def run(suite, targets, params):   # judged as `prober run` judges, alerts and all
-        return run_and_judge(config, console, suite, targets, params)
-
-    results = [
-        run("divergence", ["emulator"], {"levels": [1, 8], "requests_per_level": 8, "max_tokens": 24,
-                                         "prompts": ["story", "review_json"]}),
-        run("latency", ["emulator"], {"levels": [1, 2, 4], "requests_per_level": 6, "warmup": 1,
-                                      "max_tokens": 16}),
-        run("caching", ["emulator"], {"cases": ["repeat", "volatile"], "requests": 3, "max_tokens": 8}),
-        run("caching", ["emulator"], {"cases": ["repeat"], "requests": 3, "max_tokens": 8}),
-        run("penalty", ["emulator-openai"], {"modes": ["unconstrained"], "n_records": [3, 12],
-                                             "temperatures": [0.0], "repeats": 3, "baseline_repeats": 2,
-                                             "penalties": {"frequency_penalty": [0.5, 1.5]}, "concurrency": 4}),
-        run("schema_order", ["emulator-openai"], {"limit": 16, "concurrency": 8}),
-    ]
-    assert all(r.status == "complete" for r in results), [r.problems for r in results]
-    store = Store.open(config.store.url)
-    _write_hostile_history(store)
-    for day in (3, 2, 1):   # the last hostile night breaks no-divergence: its alert fires
-        evaluate_run(store, config, f"hostile{day}", sinks=[])
-    yield tmp, config, store
-    store.close()
+from tests.support.report_store import EVIL_TARGET, IMG, SCRIPT
 
 
 @pytest.mark.emulator
@@ -304,26 +202,22 @@ def test_parse_since():
         parse_since("yesterday", now)
 
 
-def _chromium(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([shutil.which("chromium") or "chromium", "--headless", "--no-sandbox", "--disable-gpu",
-                           "--disable-dev-shm-usage", *args], capture_output=True, text=True, timeout=120)
-
-
 @pytest.mark.infra
-def test_cli_report_loads_in_headless_chromium(report_store):
+def test_cli_report_loads_in_headlesschromium(report_store):
     tmp, _, _ = report_store
     (tmp / "prober.toml").write_text(f'[store]\nurl = "sqlite:///{tmp}/prober.db"\n')
     result = prober("report", "--out", str(tmp / "out"), cwd=tmp)
     assert result.returncode == 0, result.stderr
-    path = Path(result.stdout.strip().splitlines()[-1])
-    assert path.parent == (tmp / "out").resolve() and path.suffix == ".html" and path.exists()
+    index = Path(result.stdout.strip().splitlines()[-1])
+    assert index == (tmp / "out" / "index.html").resolve() and index.exists()
+    path = index.parent / "latest.html"
     for fmt in ("md", "json"):
         other = prober("report", "--format", fmt, "--out", str(tmp / "out"), "--since", "2d", cwd=tmp)
         assert other.returncode == 0 and other.stdout.strip().endswith(f".{fmt}"), other.stderr
     bad = prober("report", "--format", "pdf", cwd=tmp)
     assert bad.returncode == 2 and "--format 'pdf'" in bad.stderr and "Traceback" not in bad.stderr
 
-    dom = _chromium("--dump-dom", path.as_uri())
+    dom = chromium("--dump-dom", path.as_uri())
     assert dom.returncode == 0, dom.stderr
     assert "<title>prober report</title>" in dom.stdout          # no script rewrote the page
     assert "<script" not in dom.stdout.lower() and "<img" not in dom.stdout.lower()
@@ -331,7 +225,7 @@ def test_cli_report_loads_in_headless_chromium(report_store):
     assert html.escape(EVIL_TARGET, quote=False) in dom.stdout   # shown as text in the parsed page
 
     shot = tmp / "report.png"
-    result = _chromium(f"--screenshot={shot}", "--window-size=1200,2400", path.as_uri())
+    result = chromium(f"--screenshot={shot}", "--window-size=1200,2400", path.as_uri())
     assert result.returncode == 0, result.stderr
     png = shot.read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 30_000

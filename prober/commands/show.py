@@ -1,0 +1,53 @@
+"""`prober show RUN [--probe P] [--label K=V ...]`: a run's provenance, its metrics (those of one
+probe, or with these labels, when asked) and the state of every SLO rule."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+
+from prober.alerting.slo_rules import rule_state_lines
+from prober.commands.terminal import print_metrics, shown
+from prober.core.config import ProberConfig
+from prober.core.errors import ConfigError
+from prober.core.records import Metric
+from prober.store_access import open_store
+from reports.history import parse_label_filters
+from reports.run_lines import provenance_lines
+from store.engine import redacted
+
+
+def _matches(row: dict[str, Any], probe: str | None, labels: dict[str, str]) -> bool:
+    found = row.get("labels") or {}
+    return (probe is None or row["probe"] == probe) and all(
+        key in found and str(found[key]) == value for key, value in labels.items())
+
+
+def show_run(config: ProberConfig, run_id: str, out: Console, err: Console, probe: str | None = None,
+             label_filters: Sequence[str] = ()) -> None:
+    """Print the run; ConfigError for an unknown run or a filter that matches none of its metrics."""
+    wanted = parse_label_filters(label_filters)
+    store = open_store(config.store.url, err)
+    try:
+        found = store.get_run(run_id)
+        if found is None:
+            raise ConfigError(f"no run with id {run_id!r} in {redacted(config.store.url)}")
+        rows = store.metrics(found["id"])
+        entries = store.run_entries(found["id"])
+    finally:
+        store.close()
+    chosen = [row for row in rows if _matches(row, probe, wanted)]
+    if rows and not chosen:
+        filters = ", ".join([f"probe {probe}"] * (probe is not None) + [f"{k}={v}" for k, v in wanted.items()])
+        probes = ", ".join(sorted({row["probe"] for row in rows}))
+        raise ConfigError(f"run {found['id']} has no metrics with {filters} (its probes: {probes})")
+    metrics = [Metric(**{k: r[k] for k in ("run_id", "target", "probe", "name", "value", "labels", "ci_low",
+                                           "ci_high", "n", "unit", "flags")}) for r in chosen]
+    for line in provenance_lines(found, entries):
+        out.print(shown(line), soft_wrap=True)
+    shown_count = "" if len(chosen) == len(rows) else f", {len(chosen)} of {len(rows)} metrics"
+    print_metrics(out, metrics, title=f"run {found['id']}: {found['suite']} ({found['status']}){shown_count}")
+    for line in rule_state_lines(found, entries, rows, config.slo):   # every rule, filtered or not
+        out.print(shown(line), soft_wrap=True)

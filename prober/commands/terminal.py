@@ -1,0 +1,72 @@
+"""Text and tables for the terminal: stored or endpoint-supplied text made inert, and tables that fit
+the console (80 columns when that is all there is) without cutting a value."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Column, Table
+
+from prober.core.controlchars import escape_controls
+from prober.core.redact import redact_text
+from prober.core.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
+
+# Next to a flagged value (a percentile too poorly estimated to judge); the legend says why.
+FLAG_MARKER = "!"
+
+
+def shown(value: Any) -> str:
+    """Stored or endpoint-supplied text for a table cell or a line: secrets masked, control
+    characters escaped (prober/core/controlchars.py), rich markup inert."""
+    return escape(escape_controls(redact_text(str(value))))
+
+
+def fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def text_column(header: str) -> Column:
+    """A column of words (labels, names, reasons): wraps, and folds a word longer than the column,
+    so the table fits the console and no text is cut."""
+    return Column(header, overflow="fold")
+
+
+def value_column(header: str) -> Column:
+    """A column of numbers or short codes: never wrapped, never shrunk below its content."""
+    return Column(header, no_wrap=True, justify="right")
+
+
+def print_metrics(console: Console, metrics: Sequence[Any], title: str) -> None:
+    """One table per target and probe (metrics are prober.core.records.Metric), rows grouped by their
+    labels (e.g. concurrency); the legend of the flags shown under the tables."""
+    from reports.svg import interval_text
+
+    console.print(shown(title))
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for m in metrics:
+        groups.setdefault((m.target, m.probe), []).append(m)
+    for (target_name, probe_name), rows in groups.items():
+        table = Table(text_column("labels"), text_column("metric"), value_column("value"), value_column("95% CI"),
+                      value_column("n"), text_column("unit"), title=f"{shown(target_name)} / {shown(probe_name)}")
+        order = {name: i for i, name in enumerate(dict.fromkeys(m.name for m in rows))}
+
+        def label_key(m: Any) -> list[tuple[str, str]]:
+            return sorted((k, str(v).zfill(8)) for k, v in m.labels.items())
+
+        for m in sorted(rows, key=lambda m: (label_key(m), order[m.name])):
+            labels = ", ".join(f"{k}={v}" for k, v in sorted(m.labels.items()))
+            value = fmt(m.value) + (f" {FLAG_MARKER}" if m.flags else "")
+            table.add_row(shown(labels), shown(m.name), value, interval_text(m.ci_low, m.ci_high, m.flags),
+                          "" if m.n is None else str(m.n), shown(m.unit or ""))
+        console.print(table)
+    flags = sorted({flag for m in metrics for flag in m.flags or []})
+    for flag in flags:
+        console.print(escape(f"{FLAG_MARKER} {flag}: {FLAG_NOTES.get(flag, 'never judged by an SLO or a drift test')}"))
+    console.print(escape(PERCENTILE_INTERVAL_NOTE))

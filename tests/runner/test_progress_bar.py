@@ -1,0 +1,36 @@
+"""The live progress bar (a terminal) shows the time a level will still take at its rate so far."""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+
+import pytest
+from rich.console import Console
+
+from prober.progress import RunProgress
+
+pytestmark = pytest.mark.unit
+
+
+def _bar_after(done: int, total: int) -> str:
+    console = Console(file=io.StringIO(), force_terminal=True, width=120, color_system=None)
+    with RunProgress(console) as progress:
+        task = progress.start_task("emulator latency concurrency=4", total)
+        for _ in range(done):
+            time.sleep(0.02)
+            progress.advance(task)
+    output = console.file.getvalue()      # type: ignore[attr-defined]
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output).strip().splitlines()[-1]
+
+
+def test_the_bar_shows_an_eta_once_it_has_a_rate():
+    half = _bar_after(10, 20)
+    assert "10/20" in half and "0 failed" in half
+    eta = re.search(r"eta (\d+:\d\d:\d\d|-:--:--)", half)
+    assert eta is not None, half
+    assert eta.group(1) != "-:--:--"          # ten requests give it a rate: a time, not a placeholder
+    hours, minutes, seconds = map(int, eta.group(1).split(":"))
+    assert hours == minutes == 0 and seconds <= 5  # ten more at about 50 a second
+    assert "eta -:--:--" in _bar_after(0, 20)        # no rate yet: says it does not know
