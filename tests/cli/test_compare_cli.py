@@ -6,7 +6,7 @@ import json
 import pytest
 
 from store import Store
-from tests.support.cli import prober
+from tests.support.cli import assert_one_clear_line, prober
 from tests.support.history import add_run, share
 
 pytestmark = pytest.mark.unit
@@ -27,13 +27,6 @@ def db(tmp_path):
                                                      "labels": {"concurrency": 8}}], target="int4")
     return url
 
-
-def _one_clear_line(result, *fragments):
-    assert result.returncode == 2, result.stdout + result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 def test_two_runs_as_a_table_within_80_columns(tmp_path, db):
@@ -90,4 +83,4 @@ def test_html_page_is_written_where_asked(tmp_path, db):
      "--metric 'ttft_p50': no probe produces it (did you mean ttft_p50_ms"),
 ])
 def test_what_cannot_be_compared_is_one_line_and_exit_2(tmp_path, db, args, fragment):
-    _one_clear_line(prober("compare", *args, "--db", db, cwd=tmp_path), fragment)
+    assert_one_clear_line(prober("compare", *args, "--db", db, cwd=tmp_path), fragment)

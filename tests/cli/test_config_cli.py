@@ -4,34 +4,26 @@ import pytest
 
 from prober.core.config import default_config, load_config
 from prober.core.errors import ConfigError
-from tests.support.cli import prober
+from tests.support.cli import assert_one_clear_line, prober
 
 pytestmark = pytest.mark.unit
 
 GOOD_TARGET = '[targets.a]\nprotocol = "openai"\nbase_url = "http://127.0.0.1:9"\nmodel = "m"\n'
 
 
-def _assert_one_clear_line(result, *fragments):
-    assert result.returncode == 2, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-
 
 def test_toml_syntax_error(tmp_path):
     path = tmp_path / "prober.toml"
     path.write_text(GOOD_TARGET + "max_concurrency = \n")
     result = prober("run", "--suite", "latency", "--config", str(path), cwd=tmp_path)
-    _assert_one_clear_line(result, str(path), "TOML syntax error")
+    assert_one_clear_line(result, str(path), "TOML syntax error")
 
 
 def test_unknown_key_is_named_with_its_path(tmp_path):
     path = tmp_path / "prober.toml"
     path.write_text(GOOD_TARGET + "max_concurency = 4\n")
     result = prober("run", "--suite", "latency", "--config", str(path), cwd=tmp_path)
-    _assert_one_clear_line(result, str(path), "targets.a.max_concurency", "unknown key")
+    assert_one_clear_line(result, str(path), "targets.a.max_concurency", "unknown key")
 
 
 def test_missing_api_key_variable_is_named(tmp_path):
@@ -39,14 +31,14 @@ def test_missing_api_key_variable_is_named(tmp_path):
     path.write_text(GOOD_TARGET + 'api_key_env = "PROBER_TEST_KEY_THAT_IS_NOT_SET"\n')
     result = prober("run", "--suite", "latency", "--config", str(path), cwd=tmp_path,
                     env={"PROBER_TEST_KEY_THAT_IS_NOT_SET": ""})
-    _assert_one_clear_line(result, str(path), "targets.a.api_key_env", "PROBER_TEST_KEY_THAT_IS_NOT_SET")
+    assert_one_clear_line(result, str(path), "targets.a.api_key_env", "PROBER_TEST_KEY_THAT_IS_NOT_SET")
 
 
 def test_unknown_suite_and_target(tmp_path):
     result = prober("run", "--suite", "no-such-suite", "--target", "emulator", cwd=tmp_path)
-    _assert_one_clear_line(result, "unknown suite 'no-such-suite'", "latency")
+    assert_one_clear_line(result, "unknown suite 'no-such-suite'", "latency")
     result = prober("run", "--suite", "latency", "--target", "nope", cwd=tmp_path)
-    _assert_one_clear_line(result, "unknown target 'nope'", "emulator", "local")
+    assert_one_clear_line(result, "unknown target 'nope'", "emulator", "local")
 
 
 def test_bad_value_names_the_key(tmp_path):
@@ -89,7 +81,7 @@ def test_init_writes_a_valid_commented_example(tmp_path):
         uncommented.write_text("\n".join(line.removeprefix("# ") for line in block.splitlines()) + "\n")
         assert load_config(uncommented).targets[name].api_key_env == key
     again = prober("init", cwd=tmp_path)
-    _assert_one_clear_line(again, "already exists")
+    assert_one_clear_line(again, "already exists")
 
 
 def test_every_command_has_help_with_an_example(tmp_path):

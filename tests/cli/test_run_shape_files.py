@@ -4,7 +4,7 @@ line, exit code 2, no traceback, and no run started (nothing is sent)."""
 import pytest
 
 from store import Store
-from tests.support.cli import prober
+from tests.support.cli import assert_one_clear_line, prober
 
 pytestmark = pytest.mark.unit
 
@@ -19,13 +19,6 @@ def _run(tmp_path, *params):
     return prober("run", "--suite", "latency", "--config", str(config), *args, cwd=tmp_path)
 
 
-def _assert_one_clear_line(result, *fragments):
-    assert result.returncode == 2, result.stdout + result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-
 
 @pytest.mark.parametrize("content, fragments", [
     (None, ("trace.jsonl", "trace file not found")),
@@ -37,7 +30,7 @@ def test_a_bad_trace_file_is_one_line_and_exit_2(tmp_path, content, fragments):
     if content is not None:
         (tmp_path / "trace.jsonl").write_text(content)
     result = _run(tmp_path, 'arrival="trace"', 'trace_file="trace.jsonl"')
-    _assert_one_clear_line(result, *fragments)
+    assert_one_clear_line(result, *fragments)
     assert _runs(tmp_path) == []
 
 
@@ -53,6 +46,6 @@ def _runs(tmp_path):
 
 def test_a_bad_shapes_file_or_shape_is_one_line_and_exit_2(tmp_path):
     (tmp_path / "shapes.jsonl").write_text('{"input_tokens": -3, "output_tokens": 2}\n')
-    _assert_one_clear_line(_run(tmp_path, 'shapes_file="shapes.jsonl"'),
+    assert_one_clear_line(_run(tmp_path, 'shapes_file="shapes.jsonl"'),
                            "shapes.jsonl: line 1", "input_tokens: must be a whole number")
-    _assert_one_clear_line(_run(tmp_path, 'input_shape={kind = "uniform", low = 9}'), "input_shape", "needs high")
+    assert_one_clear_line(_run(tmp_path, 'input_shape={kind = "uniform", low = 9}'), "input_shape", "needs high")

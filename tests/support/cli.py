@@ -15,6 +15,15 @@ def prober(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: fl
                           capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
+def assert_one_clear_line(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    """Bad input's contract: exit 2, one line on stderr holding each fragment, no traceback."""
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
 def run_suite_on_local(tmp_path: Path, port: int, suite: str, *params: str, protocol: str = "openai",
                        timeout: float = 900) -> tuple[list[dict], list[dict]]:
     """`prober run --suite SUITE --target local --param ...` through the CLI against a llama-server
