@@ -272,12 +272,15 @@ def model_hash(model: BaseModel) -> str:
 
 
 def default_config() -> ProberConfig:
-    """What applies with no config file: the local llama-server and the in-process emulator."""
+    """What applies with no config file: the local llama-server and the in-process emulator,
+    once per protocol (penalties exist only on the OpenAI protocol, so the penalty suite needs
+    emulator-openai)."""
     return ProberConfig.model_validate({
         "targets": {
             "local": {"protocol": "openai", "base_url": f"http://127.0.0.1:{LOCAL_PORT}",
                       "model": "SmolLM2-135M-Instruct", "max_concurrency": 64},
             "emulator": {"protocol": "anthropic", "model": "emulator-1", "emulator": {}},
+            "emulator-openai": {"protocol": "openai", "model": "emulator-1", "emulator": {}},
         },
     })
 
