@@ -107,6 +107,8 @@ def run(
                                                        "parameter, KEY=VALUE (TOML value); repeatable")] = None,
     config: ConfigOption = None,
     db: DbOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print per target the requests, tokens and (with "
+                                          "pricing) cost the run would send; send and write nothing")] = False,
 ) -> None:
     """Run a suite against targets and store every sample.
 
@@ -117,6 +119,11 @@ def run(
     """
     cfg = _config(config, db)
     overrides = dict(_parse_param(p) for p in (param or []))
+    if dry_run:
+        from prober.commands.dry_run import plan_run, show_plan
+
+        show_plan(out, cfg, *plan_run(cfg, suite, target or None, overrides))
+        raise typer.Exit(0)
     from prober.commands.run import run_and_judge
 
     result = run_and_judge(cfg, err, suite, target or None, overrides)

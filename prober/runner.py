@@ -47,10 +47,12 @@ from store import Store
 from suites.loader import Suite, load_suite
 
 EXIT_OK, EXIT_INCOMPLETE = 0, 3
-# An emulator target runs this many times faster than its scenario for probes whose metrics do not
-# depend on timing (Probe.timing_matters): the penalty suite's 312 long answers took an hour at
-# the scenario's 200 tokens/s, one at a time. Its answers are the same at any pace.
+# An emulator target runs this many times faster than its scenario, streaming this many tokens a
+# chunk, for probes whose metrics do not depend on timing (Probe.timing_matters): the penalty
+# suite's long answers took an hour at the scenario's 200 tokens/s, one at a time, and a chunk per
+# token left it CPU-bound at 4 minutes. Their answers are the same at any pace.
 UNTIMED_EMULATOR_PACE = 100.0
+UNTIMED_EMULATOR_TOKENS_PER_CHUNK = 8
 
 
 @dataclass
@@ -260,7 +262,9 @@ class Runner:
                                         entry=entry.id)
                 sessions.append(session)
                 if emulator is not None:
-                    emulator.pace = 1.0 if entry.probe.timing_matters else UNTIMED_EMULATOR_PACE
+                    untimed = not entry.probe.timing_matters
+                    emulator.pace = UNTIMED_EMULATOR_PACE if untimed else 1.0
+                    emulator.tokens_per_chunk = UNTIMED_EMULATOR_TOKENS_PER_CHUNK if untimed else 1
                 await entry.probe.run(session, entry.params)
         except BudgetExhausted as exc:
             return f"budget exhausted: {exc}"

@@ -88,9 +88,10 @@ class Probe(abc.ABC, Generic[P]):
     # Labels whose cells are pooled into one value per run and family: what stays is what the
     # family is about (a latency sweep pools its concurrency levels, a penalty setting its grid).
     pooled_labels: ClassVar[frozenset[str]] = frozenset()
-    # Whether the metrics depend on the endpoint's timing (TTFT, ITL, a cache hit's speed-up). An
-    # emulator target serves a probe that says False with its timeline compressed, since only what
-    # is answered counts there (prober/runner.py); True keeps the scenario's timing.
+    # Whether the metrics depend on the endpoint's timing (TTFT, ITL, a cache hit's speed-up, which
+    # requests overlap in a batch). An emulator target serves a probe that says False with its
+    # timeline compressed, since only what is answered counts there (prober/runner.py); True keeps
+    # the scenario's timing.
     timing_matters: ClassVar[bool] = True
 
     @abc.abstractmethod

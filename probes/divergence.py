@@ -194,7 +194,6 @@ async def background_load(ctx: ProbeContext, params: DivergenceParams, level: in
 
 class DivergenceProbe(Probe[DivergenceParams]):
     name = "divergence"
-    timing_matters = False
     # 2: divergence is measured against a separate reference sample, not the lowest level's mode.
     version = 2
     metric_names = frozenset({

@@ -55,9 +55,12 @@ class Emulator:
         self.host = ""
         self.port = 0
         # How many times faster than the scenario the response timeline runs (first-token delay,
-        # prefill, decode). The runner raises it for probes whose metrics do not depend on timing,
-        # so that their suites finish in minutes; what is answered does not change.
+        # prefill, decode), and how many tokens each streamed chunk carries. The runner raises both
+        # for probes whose metrics do not depend on timing, so that their suites finish in minutes
+        # (a chunk per token costs the client and the emulator a loop turn each); what is answered
+        # does not change, nor the usage.
         self.pace = 1.0
+        self.tokens_per_chunk = 1
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Listen on host:port (0: any free port); returns the bound port."""
@@ -158,6 +161,10 @@ class Emulator:
             plan.first_token_delay_s /= self.pace
             plan.prefill_s /= self.pace
             plan.token_interval_s /= self.pace
+        if self.tokens_per_chunk > 1:
+            k = self.tokens_per_chunk
+            plan.tokens = ["".join(plan.tokens[i:i + k]) for i in range(0, len(plan.tokens), k)]
+            plan.token_interval_s *= k
 
     async def _generate(self, wire: ModuleType, request: HttpRequest, writer: asyncio.StreamWriter) -> bool:
         loop = asyncio.get_running_loop()
