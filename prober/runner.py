@@ -47,12 +47,12 @@ from store import Store
 from suites.loader import Suite, load_suite
 
 EXIT_OK, EXIT_INCOMPLETE = 0, 3
-# An emulator target runs this many times faster than its scenario, streaming this many tokens a
-# chunk, for probes whose metrics do not depend on timing (Probe.timing_matters): the penalty
-# suite's long answers took an hour at the scenario's 200 tokens/s, one at a time, and a chunk per
-# token left it CPU-bound at 4 minutes. Their answers are the same at any pace.
-UNTIMED_EMULATOR_PACE = 100.0
-UNTIMED_EMULATOR_TOKENS_PER_CHUNK = 8
+# How an emulator target serves a probe, by what of the timing its metrics depend on (Probe.timing):
+# (times faster than the scenario, tokens a streamed chunk). "overlap" keeps requests long enough
+# (tens of ms) to share batches as at full timing; "none" is CPU-bound, a chunk per token left the
+# penalty suite at 4 minutes (at the scenario's 200 tokens/s, one request at a time: an hour).
+# Answers are the same at any pace.
+EMULATOR_PACE = {"measured": (1.0, 1), "overlap": (5.0, 1), "none": (100.0, 8)}
 
 
 @dataclass
@@ -262,9 +262,7 @@ class Runner:
                                         entry=entry.id)
                 sessions.append(session)
                 if emulator is not None:
-                    untimed = not entry.probe.timing_matters
-                    emulator.pace = UNTIMED_EMULATOR_PACE if untimed else 1.0
-                    emulator.tokens_per_chunk = UNTIMED_EMULATOR_TOKENS_PER_CHUNK if untimed else 1
+                    emulator.pace, emulator.tokens_per_chunk = EMULATOR_PACE[entry.probe.timing]
                 await entry.probe.run(session, entry.params)
         except BudgetExhausted as exc:
             return f"budget exhausted: {exc}"

@@ -1,5 +1,7 @@
-"""An emulator target keeps the scenario's timing for probes whose metrics depend on it and runs
-the others fast (100x pace, 8 tokens a chunk), with the same answers and the same usage."""
+"""An emulator target keeps the scenario's timing for probes whose metrics measure it and runs a
+probe whose metrics do not depend on timing fast (100x pace, 8 tokens a chunk), with the same
+answers and the same usage. (Divergence, which depends on overlap only, is held to its effect in
+tests/suites/test_example_scenarios.py.)"""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 
 from prober.core.config import ProberConfig
 from prober.emulator.tokenizer import count_tokens
-from prober.runner import UNTIMED_EMULATOR_TOKENS_PER_CHUNK, Runner
+from prober.runner import EMULATOR_PACE, Runner
 from probes.latency import LatencyProbe
 from probes.schema_order import SchemaOrderProbe
 from store import Store
@@ -19,7 +21,8 @@ pytestmark = pytest.mark.emulator
 
 
 def test_timed_probes_get_a_chunk_per_token_and_untimed_ones_get_fast_chunks(tmp_path) -> None:
-    assert LatencyProbe.timing_matters and not SchemaOrderProbe.timing_matters
+    assert (LatencyProbe.timing, SchemaOrderProbe.timing) == ("measured", "none")
+    _, tokens_per_chunk = EMULATOR_PACE["none"]
     (tmp_path / "mix.toml").write_text('include = ["latency", "schema_order"]\n')
     config = ProberConfig.model_validate({
         "targets": {"emu": {"protocol": "openai", "model": "emulator-1", "emulator": {}}},
@@ -44,5 +47,5 @@ def test_timed_probes_get_a_chunk_per_token_and_untimed_ones_get_fast_chunks(tmp
     for row in schema:
         tokens = row["usage"]["completion_tokens"]
         assert tokens == count_tokens(row["output_text"])             # usage counts tokens, not chunks
-        assert len(row["chunk_chars"]) == math.ceil(tokens / UNTIMED_EMULATOR_TOKENS_PER_CHUNK)
+        assert len(row["chunk_chars"]) == math.ceil(tokens / tokens_per_chunk)
         json.loads(row["output_text"])
