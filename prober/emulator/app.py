@@ -55,10 +55,10 @@ class Emulator:
         self.host = ""
         self.port = 0
         # How many times faster than the scenario the response timeline runs (first-token delay,
-        # prefill, decode), and how many tokens each streamed chunk carries. The runner raises both
-        # for probes whose metrics do not depend on timing, so that their suites finish in minutes
-        # (a chunk per token costs the client and the emulator a loop turn each); what is answered
-        # does not change, nor the usage.
+        # prefill, decode), and how many tokens each streamed chunk carries. The runner raises them
+        # for probes whose metrics do not measure timing (Probe.timing, prober/runner.py), so that
+        # their suites finish in minutes (a chunk per token costs the client and the emulator a
+        # loop turn each); what is answered does not change, nor the usage.
         self.pace = 1.0
         self.tokens_per_chunk = 1
 
