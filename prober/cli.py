@@ -58,7 +58,8 @@ out = Console(file=cast(IO[str], RedactingStream()), highlight=False, width=_CAP
 err = Console(file=cast(IO[str], RedactingStream(stderr=True)), stderr=True, highlight=False, soft_wrap=True)
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="prober.toml to use "
-                         "(default: ./prober.toml if present, else built-in targets local and emulator)")]
+                         "(default: ./prober.toml if present, else built-in targets local, emulator "
+                         "and emulator-openai)")]
 DbOption = Annotated[str | None, typer.Option("--db", help="store URL, overriding the config's [store] url")]
 
 
@@ -100,6 +101,8 @@ def run(
                                                        "parameter, KEY=VALUE (TOML value); repeatable")] = None,
     config: ConfigOption = None,
     db: DbOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print per target the requests, tokens and (with "
+                                          "pricing) cost the run would send; send and write nothing")] = False,
 ) -> None:
     """Run a suite against targets and store every sample.
 
@@ -110,6 +113,11 @@ def run(
     """
     cfg = _config(config, db)
     overrides = dict(_parse_param(p) for p in (param or []))
+    if dry_run:
+        from prober.commands.dry_run import plan_run, show_plan
+
+        show_plan(out, cfg, *plan_run(cfg, suite, target or None, overrides))
+        raise typer.Exit(0)
     from prober.commands.run import run_and_judge
 
     result = run_and_judge(cfg, err, suite, target or None, overrides)
@@ -427,6 +435,9 @@ def drill(
     config: ConfigOption = None,
     db: Annotated[str | None, typer.Option("--db", help="store URL for the drill's runs (default: a "
                                               "temporary SQLite file, deleted afterwards)")] = None,
+    scenario: Annotated[Path | None, typer.Option("--scenario", help="emulator scenario of the regressed run "
+                                                  "(e.g. examples/scenarios/regression.toml; default: a "
+                                                  "500 ms first token)")] = None,
 ) -> None:
     """Fire drill: run the latency suite against the emulator, healthy then regressed, and deliver
     the alerts to every sink configured in prober.toml ([[sinks]]). Exit 0 when the alert fired
@@ -437,7 +448,14 @@ def drill(
     from prober.alerting.drill import run_drill
     from prober.commands.run import run_and_judge
 
-    result = run_drill(_config(config), out, run_and_judge, store_url=db, healthy_runs=healthy_runs)
+    regressed = None
+    if scenario is not None:
+        from prober.emulator import load_scenario
+
+        load_scenario(scenario)   # a bad file is a usage error before the first run
+        regressed = scenario.read_text()
+    result = run_drill(_config(config), out, run_and_judge, store_url=db, healthy_runs=healthy_runs,
+                       regressed_scenario=regressed)
     raise typer.Exit(0 if result.ok else 1)
 
 

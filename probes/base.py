@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -74,6 +74,7 @@ class ProbeContext(Protocol):
 ERROR_RATE = MetricFamily("error_rate", "share", bad_direction=1, pool_every_label=True)
 
 P = TypeVar("P", bound=ProbeParams)
+Timing = Literal["measured", "overlap", "none"]
 
 
 class Probe(abc.ABC, Generic[P]):
@@ -101,6 +102,11 @@ class Probe(abc.ABC, Generic[P]):
     # Labels whose cells are pooled into one value per run and family: what stays is what the
     # family is about (a latency sweep pools its concurrency levels, a penalty setting its grid).
     pooled_labels: ClassVar[frozenset[str]] = frozenset()
+    # What of the endpoint's timing the metrics depend on: "measured" (TTFT, ITL, a cache hit's
+    # speed-up), "overlap" (only which requests are in flight together, as a batch is), or "none".
+    # An emulator target keeps the scenario's timing for "measured" and compresses it for the
+    # others, which changes nothing they measure (prober/runner.py).
+    timing: ClassVar[Timing] = "measured"
 
     @abc.abstractmethod
     async def run(self, ctx: ProbeContext, params: P) -> None:

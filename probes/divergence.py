@@ -194,6 +194,7 @@ async def background_load(ctx: ProbeContext, params: DivergenceParams, level: in
 
 class DivergenceProbe(Probe[DivergenceParams]):
     name = "divergence"
+    timing = "overlap"      # a request's batch is the requests in flight with it
     # 2: divergence is measured against a separate reference sample, not the lowest level's mode.
     version = 2
     metric_names = frozenset({

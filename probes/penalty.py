@@ -276,6 +276,7 @@ def ignored_check(explicit: Sequence[str], penalised: Sequence[str]) -> int | No
 
 class PenaltyProbe(Probe[PenaltyParams]):
     name = "penalty"
+    timing = "none"
     version = 1
     metric_names = frozenset({
         "skipped", "error_rate", "parse_rate", "key_drift_rate", "premature_stop_rate", "truncation_rate",

@@ -255,6 +255,7 @@ def sequential_stop(correct: dict[tuple[int, str], bool], params: SchemaOrderPar
 
 class SchemaOrderProbe(Probe[SchemaOrderParams]):
     name = "schema_order"
+    timing = "none"
     version = 1
     metric_names = frozenset({
         "accuracy", "json_valid_rate", "key_order_conformance", "error_rate", "discordant_a_only",

@@ -81,7 +81,9 @@ def drill_config(config: ProberConfig, scenario: Path, store_url: str, healthy_r
 
 
 def run_drill(config: ProberConfig, console: Console, run_and_judge: RunAndJudge, store_url: str | None = None,
-              healthy_runs: int = 3) -> DrillResult:
+              healthy_runs: int = 3, regressed_scenario: str | None = None) -> DrillResult:
+    """`regressed_scenario`: the text of the scenario the last run uses (a validated scenario file,
+    e.g. examples/scenarios/regression.toml); by default the healthy one with a slow first token."""
     result = DrillResult(sinks=[sink.name for sink in config.sinks], temporary_store=store_url is None)
     make_sinks(config)   # an unset URL or secret variable fails now, not after the runs
     with tempfile.TemporaryDirectory(prefix="prober-drill-") as tmp:
@@ -90,10 +92,13 @@ def run_drill(config: ProberConfig, console: Console, run_and_judge: RunAndJudge
         for round_ in range(healthy_runs + 1):
             regressed = round_ == healthy_runs
             delay = REGRESSED_FIRST_TOKEN_MS if regressed else HEALTHY_FIRST_TOKEN_MS
-            scenario.write_text(f"first_token_delay_ms = {delay}\n")
-            console.print(f"drill run {round_ + 1}/{healthy_runs + 1}: "
-                          f"{'REGRESSED' if regressed else 'healthy'} emulator, first token after {delay} ms",
-                          markup=False)
+            if regressed and regressed_scenario is not None:
+                scenario.write_text(regressed_scenario)
+                shown = "REGRESSED emulator, the given scenario"
+            else:
+                scenario.write_text(f"first_token_delay_ms = {delay}\n")
+                shown = f"{'REGRESSED' if regressed else 'healthy'} emulator, first token after {delay} ms"
+            console.print(f"drill run {round_ + 1}/{healthy_runs + 1}: {shown}", markup=False)
             outcome = run_and_judge(drilled, console, "latency", [DRILL_TARGET], DRILL_PARAMS)
             result.exit_codes.append(outcome.exit_code)
             evaluation = outcome.alerts

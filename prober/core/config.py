@@ -36,11 +36,14 @@ class Timeouts(_Strict):
 
 class Pricing(_Strict):
     """The cache multipliers on the input price. The caching probe's cost_multiplier is a ratio of
-    prompt costs with and without caching, in which the price per token cancels out."""
+    prompt costs with and without caching, in which the price per token cancels out. The prices
+    per token size a run before it is sent (`prober run --dry-run`)."""
 
     cache_write_5m: float = Field(1.25, ge=0)
     cache_write_1h: float = Field(2.0, ge=0)
     cache_read: float = Field(0.1, ge=0)
+    input_usd_per_mtok: float | None = Field(None, ge=0, description="US dollars per million input tokens")
+    output_usd_per_mtok: float | None = Field(None, ge=0, description="US dollars per million output tokens")
 
 
 class EmulatorTarget(_Strict):
@@ -272,12 +275,15 @@ def model_hash(model: BaseModel) -> str:
 
 
 def default_config() -> ProberConfig:
-    """What applies with no config file: the local llama-server and the in-process emulator."""
+    """What applies with no config file: the local llama-server and the in-process emulator,
+    once per protocol (penalties exist only on the OpenAI protocol, so the penalty suite needs
+    emulator-openai)."""
     return ProberConfig.model_validate({
         "targets": {
             "local": {"protocol": "openai", "base_url": f"http://127.0.0.1:{LOCAL_PORT}",
                       "model": "SmolLM2-135M-Instruct", "max_concurrency": 64},
             "emulator": {"protocol": "anthropic", "model": "emulator-1", "emulator": {}},
+            "emulator-openai": {"protocol": "openai", "model": "emulator-1", "emulator": {}},
         },
     })
 

@@ -25,8 +25,9 @@ from prober.emulator import anthropic_wire, openai_wire
 from prober.emulator.behaviours import Behaviour, Pipeline, ServerState, base_behaviours
 from prober.emulator.engine import Player, PlayResult, Slots, content_due, stream_frames, unary_frames
 from prober.emulator.faults import IMMEDIATE_ERRORS, MID_STREAM_ERROR
+from prober.emulator.gateway import stamped_system_prompt
 from prober.emulator.ground_truth import GroundTruth
-from prober.emulator.plan import InvalidRequest
+from prober.emulator.plan import InvalidRequest, ResponsePlan
 from prober.emulator.scenario import Scenario, load_scenario
 from prober.emulator.server import (
     HttpError,
@@ -53,6 +54,13 @@ class Emulator:
         self._connections: set[asyncio.Task[Any]] = set()
         self.host = ""
         self.port = 0
+        # How many times faster than the scenario the response timeline runs (first-token delay,
+        # prefill, decode), and how many tokens each streamed chunk carries. The runner raises them
+        # for probes whose metrics do not measure timing (Probe.timing, prober/runner.py), so that
+        # their suites finish in minutes (a chunk per token costs the client and the emulator a
+        # loop turn each); what is answered does not change, nor the usage.
+        self.pace = 1.0
+        self.tokens_per_chunk = 1
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Listen on host:port (0: any free port); returns the bound port."""
@@ -148,6 +156,16 @@ class Emulator:
 
     # --- generation -----------------------------------------------------------------------------
 
+    def _paced(self, plan: ResponsePlan) -> None:
+        if self.pace != 1.0:
+            plan.first_token_delay_s /= self.pace
+            plan.prefill_s /= self.pace
+            plan.token_interval_s /= self.pace
+        if self.tokens_per_chunk > 1:
+            k = self.tokens_per_chunk
+            plan.tokens = ["".join(plan.tokens[i:i + k]) for i in range(0, len(plan.tokens), k)]
+            plan.token_interval_s *= k
+
     async def _generate(self, wire: ModuleType, request: HttpRequest, writer: asyncio.StreamWriter) -> bool:
         loop = asyncio.get_running_loop()
         received = cast(ReceiveStampingProtocol, writer.transport.get_protocol())
@@ -163,12 +181,15 @@ class Emulator:
             record.status = status
             record.finished()
             return await self._send(writer, request, status, headers, body)
+        if self.scenario.gateway.volatile_system_prompt:
+            gen = stamped_system_prompt(gen, received.received_wall_ns)
         record.model, record.stream, record.input_tokens = gen.model, gen.stream, gen.input_tokens
 
         state = ServerState(seq=self._seq, in_flight=self._in_flight, active=self._slots.active,
                             queued=self._slots.queued)
         self._seq += 1
         plan = self._pipeline.plan(gen, state)
+        self._paced(plan)
         record.output_tokens = plan.usage.output_tokens
         record.behaviours = plan.truth
         fault = plan.fault.kind if plan.fault else None

@@ -20,6 +20,7 @@ from prober.emulator.penalty import PenaltyEffect
 from prober.emulator.plan import GenRequest, ResponsePlan
 from prober.emulator.scenario import Scenario
 from prober.emulator.schema_order import SchemaOrderEffect
+from prober.emulator.structured import StructuredAnswer
 from prober.emulator.tokenizer import pseudo_text
 from prober.emulator.tool_calls import ForcedToolCall
 
@@ -107,7 +108,9 @@ class Pipeline:
 
 def base_behaviours(scenario: Scenario) -> list[Behaviour]:
     """The chain every scenario gets: text, nondeterminism, schema-order answers, penalty-corrupted
-    records, a call of any other forced tool, usage, prompt cache, timing, fingerprint, faults."""
+    records, a call of any other forced tool, JSON for any other JSON request, usage, prompt cache,
+    timing, fingerprint, faults."""
     return [NaturalText(scenario), ConcurrencyNondeterminism(scenario), SchemaOrderEffect(scenario),
-            PenaltyEffect(scenario), ForcedToolCall(scenario), UsageReport(scenario), PromptCache(scenario),
+            PenaltyEffect(scenario), ForcedToolCall(scenario), StructuredAnswer(scenario), UsageReport(scenario),
+            PromptCache(scenario),
             Timing(scenario), SystemFingerprint(scenario), FaultInjection(scenario)]

@@ -3,7 +3,8 @@
 Top-level keys set timing, slots and models; the `[faults]` table sets fault rates and the
 `[nondeterminism]` table concurrency-dependent output, the `[cache]` table prompt caching, the
 `[schema_order]` table accuracy by schema property order, the `[penalty]` table penalty-induced
-JSON corruption. Unknown keys
+JSON corruption, the `[gateway]` table what a gateway changes in requests. Ready scenarios, one per
+suite's point: examples/scenarios/. Unknown keys
 are errors, reported as one line naming the file and the key (`ConfigError`), like prober.toml.
 
     first_token_delay_ms = 20
@@ -157,6 +158,13 @@ class PenaltyScenario(_Strict):
                                                   "{ frequency_penalty = 0.5 }")
 
 
+class GatewayScenario(_Strict):
+    """What a gateway in front of the model does to requests (see gateway.py)."""
+
+    volatile_system_prompt: bool = Field(False, description="stamp the time at the start of every "
+                                         "system prompt, so prompt caching never hits")
+
+
 class Scenario(_Strict):
     first_token_delay_ms: float = Field(20.0, ge=0, description="fixed delay before prefill, inside the slot")
     prefill_ms_per_token: float = Field(0.02, ge=0)
@@ -177,6 +185,7 @@ class Scenario(_Strict):
     cache: CacheScenario = Field(default_factory=CacheScenario)
     schema_order: SchemaOrderScenario = Field(default_factory=SchemaOrderScenario)
     penalty: PenaltyScenario = Field(default_factory=PenaltyScenario)
+    gateway: GatewayScenario = Field(default_factory=GatewayScenario)
 
 
 def load_scenario(path: str | os.PathLike[str] | None = None) -> Scenario:

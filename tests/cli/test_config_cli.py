@@ -59,9 +59,10 @@ def test_secrets_in_headers_are_refused(tmp_path):
 def test_defaults_without_a_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = load_config(None)
-    assert set(config.targets) == {"local", "emulator"}
+    assert set(config.targets) == {"local", "emulator", "emulator-openai"}
     assert config.targets["local"].base_url == "http://127.0.0.1:8080"
-    assert config.targets["emulator"].is_emulator
+    assert config.targets["emulator"].is_emulator and config.targets["emulator"].protocol == "anthropic"
+    assert config.targets["emulator-openai"].is_emulator and config.targets["emulator-openai"].protocol == "openai"
     assert config.store.url == "sqlite:///prober.db"
     assert default_config().hash() == config.hash()
 

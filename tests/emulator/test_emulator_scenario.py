@@ -1,11 +1,17 @@
-"""Scenario files: defaults, overrides, and errors that name the file and the key."""
+"""Scenario files: defaults, overrides, errors that name the file and the key, the example
+scenarios, and the gateway's stamp."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from prober.core.errors import ConfigError
 from prober.emulator import Faults, Scenario, load_scenario
+from prober.emulator.gateway import stamped_system_prompt
+from prober.emulator.plan import GenRequest, PromptBlock
+from tests.support.cli import prober
 
 pytestmark = pytest.mark.unit
 
@@ -60,3 +66,37 @@ def test_syntax_error_and_missing_file_name_the_file(tmp_path) -> None:
         load_scenario(bad)
     with pytest.raises(ConfigError, match="nope.toml: file not found"):
         load_scenario(tmp_path / "nope.toml")
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
+
+
+def test_every_example_scenario_loads_and_has_its_paragraph() -> None:
+    files = sorted(EXAMPLES.glob("*.toml"))
+    assert len(files) >= 4
+    readme = (EXAMPLES / "README.md").read_text()
+    for path in files:
+        load_scenario(path)
+        assert f"**`{path.name}`**" in readme, path.name
+
+
+def test_stamped_system_prompt_opens_the_system_prompt_or_adds_one() -> None:
+    with_system = GenRequest("anthropic", "r", "m", True, 10, [
+        PromptBlock("tools", "t"), PromptBlock("system", "be brief", cache_control={"type": "ephemeral"}),
+        PromptBlock("messages", "hi", role="user")])
+    stamped = stamped_system_prompt(with_system, 1_700_000_000_123_456_000)
+    assert stamped.blocks[1].text == "Now: 2023-11-14T22:13:20.123456+00:00\nbe brief"
+    assert stamped.blocks[1].cache_control == {"type": "ephemeral"}      # the breakpoint stays
+    assert stamped.input_tokens > with_system.input_tokens
+    without = GenRequest("openai", "r", "m", True, 10, [PromptBlock("tools", "t"),
+                                                         PromptBlock("messages", "hi", role="user")])
+    added = stamped_system_prompt(without, 0).blocks
+    assert [b.section for b in added] == ["tools", "system", "messages"] and added[1].text.startswith("Now: 1970")
+
+
+def test_drill_with_a_bad_scenario_is_a_usage_error(tmp_path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("first_token_delay = 400\n")
+    done = prober("drill", "--scenario", str(bad), cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"{bad}: first_token_delay: " in done.stderr

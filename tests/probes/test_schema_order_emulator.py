@@ -107,14 +107,17 @@ def test_the_behaviour_answers_recognised_requests_and_leaves_the_rest_alone():
     assert truth["variant"] == "reasoning_first" and truth["expected"] == item.label
     assert (answer["label"] == item.label) == truth["correct"] and plan.tool_name is None
     assert plan.usage.output_tokens == len(plan.tokens)
-    # Not a dataset item, or no label in the schema, or no schema at all: the natural answer.
+    # Not a dataset item, or no label in the schema: left to the generic JSON answer
+    # (prober/emulator/structured.py); no schema at all: the natural answer.
     natural = pipeline.plan(GenRequest(protocol="openai", request_id="r", model="m", stream=True, max_tokens=300,
                                        blocks=[PromptBlock("messages", "Hello", role="user")]), state).text
-    for request in (_openai_request("Hello", ["label"]), _openai_request(item.input, ["answer"]),
-                    _openai_request(item.input, ["label"], response_format={"type": "text"})):
+    for request, keys in ((_openai_request("Hello", ["label"]), ["label"]),
+                          (_openai_request(item.input, ["answer"]), ["answer"])):
         plan = pipeline.plan(request, state)
-        assert "schema_order" not in plan.truth
-        assert not plan.text.startswith("{")
+        assert "schema_order" not in plan.truth and "structured" in plan.truth
+        assert list(json.loads(plan.text)) == keys
+    plan = pipeline.plan(_openai_request(item.input, ["label"], response_format={"type": "text"}), state)
+    assert "schema_order" not in plan.truth and not plan.text.startswith("{")
     assert natural and not natural.startswith("{")
 
 
