@@ -137,8 +137,8 @@ def client_process(control: Connection, base_url: str, db_url: str, max_concurre
                 return
             if command == "stop":
                 return
-            pauses.take()
             with quiet_garbage_collector():
+                pauses.take()       # not the collection quiet_garbage_collector makes before the level
                 result = asyncio.run(client.run_level(command["concurrency"], command["count"],
                                                   command["conformance"]))
             control.send({**result, **pauses.take()})
