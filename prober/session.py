@@ -12,7 +12,7 @@ import contextlib
 import contextvars
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,7 @@ _progress_task: contextvars.ContextVar[TaskID | None] = contextvars.ContextVar("
 
 @dataclass
 class LoopWindow:
-    """A closed loop's time span, so the client's event-loop lag can be attributed to it."""
+    """A closed or open loop's time span, so the client's event-loop lag can be attributed to it."""
 
     labels: dict[str, Any]
     start_ns: int
@@ -74,6 +74,11 @@ class TargetSession:
     windows: list[LoopWindow] = field(default_factory=list)
 
     async def send(self, request: ChatRequest, *, case: str, labels: dict[str, Any]) -> Exchange:
+        return await self._send(request, case=case, labels=labels)
+
+    async def _send(self, request: ChatRequest, *, case: str, labels: dict[str, Any],
+                    annotate: Callable[[Exchange], None] | None = None) -> Exchange:
+        """`send`; `annotate` sees every attempt before it is stored (open loops add their schedule)."""
         request_index = next(self.request_counter)
         attempt = 1          # every attempt on the wire, resends after a refused parameter included
         tries = 1            # what the retry policy counts: resends are not retries
@@ -91,6 +96,8 @@ class TargetSession:
             await self._throttle()
 
         def store(exchange: Exchange, *, final: bool) -> None:
+            if annotate is not None:
+                annotate(exchange)
             self.writer.put(Sample(run_id=self.run_id, target=self.target.name, probe=self.probe_name,
                                  case=case, labels=labels, exchange=exchange,
                                  request_index=request_index, final=final, entry=self.entry))
@@ -155,6 +162,65 @@ class TargetSession:
                 await asyncio.gather(*workers)
             finally:
                 for task in workers:
+                    task.cancel()
+        self.windows.append(LoopWindow(labels=labels, start_ns=start, end_ns=time.perf_counter_ns()))
+        return [r for r in results if r is not None]
+
+    async def open_loop(self, *, offsets_s: Sequence[float], make_request: Callable[[int], ChatRequest],
+                        max_concurrency: int | None, case: str, labels: dict[str, Any],
+                        title: str) -> list[Exchange]:
+        """Request i is sent at the loop's start + offsets_s[i], whether or not earlier ones finished
+        (an open loop does not slow down when the server does, so queueing shows). Beyond
+        `max_concurrency` in flight a request waits for one to finish. Every attempt's `extra`
+        gets `scheduled_offset_ms`, `send_lag_ms` (its first attempt's send time minus when it was
+        due: the schedule, or the end of its wait for the cap; what the client itself added),
+        `inflight_at_send` (requests in flight then, itself included) and, where it waited for
+        the cap, `concurrency_wait_ms`. Returns the final attempts in index order."""
+        count = len(offsets_s)
+        results: list[Exchange | None] = [None] * count
+        cap = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        in_flight = 0
+
+        async def one(i: int, due_ns: int) -> None:
+            nonlocal in_flight
+            ready_ns = due_ns
+            extra: dict[str, Any] = {"scheduled_offset_ms": round(offsets_s[i] * 1000, 3)}
+            if cap is not None:
+                # Only a wait the cap imposed moves the time the request was due; a late start
+                # with a free slot is the client's own lag and stays in send_lag_ms.
+                waits = cap.locked()
+                await cap.acquire()
+                if waits:
+                    ready_ns = max(due_ns, time.perf_counter_ns())
+                    extra["concurrency_wait_ms"] = round((ready_ns - due_ns) / 1e6, 3)
+            in_flight += 1
+            extra["inflight_at_send"] = in_flight
+            first_start_ns: list[int] = []
+
+            def annotate(exchange: Exchange) -> None:
+                if not first_start_ns:
+                    first_start_ns.append(exchange.start_ns)
+                exchange.extra.update(extra, send_lag_ms=round((first_start_ns[0] - ready_ns) / 1e6, 3))
+
+            try:
+                results[i] = await self._send(make_request(i), case=case, labels=labels, annotate=annotate)
+            finally:
+                in_flight -= 1
+                if cap is not None:
+                    cap.release()
+
+        tasks: list[asyncio.Task[None]] = []
+        start = time.perf_counter_ns()
+        with self.progress_task(title, count):
+            try:
+                for i in sorted(range(count), key=lambda i: offsets_s[i]):
+                    due_ns = start + round(offsets_s[i] * 1e9)
+                    if (delay_ns := due_ns - time.perf_counter_ns()) > 0:
+                        await asyncio.sleep(delay_ns / 1e9)
+                    tasks.append(asyncio.create_task(one(i, due_ns)))
+                await asyncio.gather(*tasks)
+            finally:
+                for task in tasks:
                     task.cancel()
         self.windows.append(LoopWindow(labels=labels, start_ns=start, end_ns=time.perf_counter_ns()))
         return [r for r in results if r is not None]

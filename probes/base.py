@@ -55,6 +55,18 @@ class ProbeContext(Protocol):
         client's event-loop lag over the loop's duration and reports it with the same labels;
         progress is shown under `title`."""
 
+    async def open_loop(self, *, offsets_s: Sequence[float], make_request: Callable[[int], ChatRequest],
+                        max_concurrency: int | None, case: str, labels: dict[str, Any],
+                        title: str) -> list[Exchange]:
+        """Open-loop load: request i (built by `make_request(i)`) is sent at the loop's start +
+        `offsets_s[i]` seconds whatever the earlier ones are doing (probes/arrivals.py makes
+        schedules). With `max_concurrency`, a request due while that many are in flight waits for
+        one to finish. Each stored attempt's `extra` carries `scheduled_offset_ms`, `send_lag_ms`
+        (when it was sent minus when it was due, the cap's wait excluded: the client's own delay),
+        `inflight_at_send` and, where the cap held it back, `concurrency_wait_ms`. The event-loop
+        lag over the loop is reported as for `closed_loop`. Returns the final attempts in index
+        order; progress is shown under `title`."""
+
 
 # The share of requests that failed, as every probe that counts them declares it: a rise is a
 # regression, and an error is an error wherever it happens, so every cell of a run is pooled.

@@ -1,4 +1,5 @@
-"""Latency: a closed-loop concurrency sweep measuring TTFT, ITL, end-to-end time and throughput.
+"""Latency: TTFT, ITL, end-to-end time and throughput under a closed-loop concurrency sweep, or
+under open-loop arrivals at given rates, or a capacity search (`arrival`; probes/load.py).
 
 Each level runs `warmup` requests (stored, labelled phase=warmup, not summarized), then
 `requests_per_level` measured ones with `concurrency` requests in flight. Every prompt starts with
@@ -8,15 +9,17 @@ a nonce so that no prefix cache can flatter the numbers.
 from __future__ import annotations
 
 import itertools
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from prober.core import stats
 from prober.core.declarations import Chart, MetricFamily
-from prober.core.records import ChatRequest, Metric, SampleRow
+from prober.core.records import ChatRequest, Metric, SampleRow, labels_key
+from probes import load
+from probes.arrivals import ArrivalKind
 from probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext, ProbeParams
 from probes.prompts import filler_words, nonce
 
@@ -34,6 +37,27 @@ class LatencyParams(ProbeParams):
     # mean inter-token gap within the second (a per-request TPOT, as in DistServe's definition).
     ttft_threshold_ms: float = Field(2000.0, gt=0)
     itl_threshold_ms: float = Field(200.0, gt=0)
+    # Open-loop load (probes/load.py): "closed" runs `levels`; "constant", "poisson" and "gamma"
+    # send `rates` (requests per second) on a seeded schedule; "sweep" searches for the capacity.
+    arrival: Literal["closed", "constant", "poisson", "gamma", "sweep"] = "closed"
+    rates: list[float] = Field(default_factory=list, description="requests per second per open-loop level; "
+                               "sweep: the first rate tried (default 1)")
+    burstiness: float = Field(1.0, gt=0, description="gamma shape of the inter-arrival times: 1 is Poisson, "
+                              "below 1 burstier")
+    max_concurrency: int | None = Field(None, ge=1, description="open loops: requests in flight at most; "
+                                        "the rest wait, and the wait is recorded")
+    duration_s: float | None = Field(None, gt=0, description="open loops: seconds of arrivals per level, "
+                                     "instead of requests_per_level")
+    seed: int = Field(0, description="seed of the arrival schedules: the same seed, the same schedule")
+    client_limited_send_lag_ms: float = Field(10.0, gt=0, description="an open-loop level whose send lag "
+                                              "p99 is above this is client_limited (never judged)")
+    error_rate_threshold: float = Field(0.01, ge=0, le=1, description="sweep: the highest error share a "
+                                        "rate may have and still count as met")
+    sweep_arrival: ArrivalKind = "poisson"
+    sweep_resolution: float = Field(0.1, gt=0, description="sweep: bisect until the bracket is narrower "
+                                    "than this share of its low end")
+    sweep_min_rps: float = Field(0.05, gt=0)
+    sweep_max_rps: float = Field(10_000.0, gt=0)
 
     @field_validator("levels")
     @classmethod
@@ -41,6 +65,19 @@ class LatencyParams(ProbeParams):
         if not levels or any(level < 1 for level in levels):
             raise ValueError("levels must be a non-empty list of positive integers")
         return sorted(set(levels))
+
+    @field_validator("rates")
+    @classmethod
+    def _positive_rates(cls, rates: list[float]) -> list[float]:
+        if any(rate <= 0 for rate in rates):
+            raise ValueError("rates must be positive (requests per second)")
+        return sorted(set(rates))
+
+    @model_validator(mode="after")
+    def _open_loop_needs_rates(self) -> LatencyParams:
+        if self.arrival in ("constant", "poisson", "gamma") and not self.rates:
+            raise ValueError(f"arrival = {self.arrival!r} needs rates (requests per second)")
+        return self
 
 
 def output_tokens(row: SampleRow) -> int:
@@ -63,8 +100,11 @@ class LatencyProbe(Probe[LatencyParams]):
     metric_names = frozenset({
         *(f"ttft_p{q}_ms" for q in (50, 90, 99)), "headers_p50_ms", *(f"itl_p{q}_ms" for q in (50, 99)),
         *(f"e2e_p{q}_ms" for q in (50, 99)), "output_tps_per_request_p50", "output_tps_total", "error_rate",
-        "goodput", "knee_concurrency", "service_tier_requests"})
-    label_params: ClassVar[dict[str, str]] = {"levels": "concurrency"}
+        "goodput", "knee_concurrency", "service_tier_requests",
+        # open-loop levels (probes/load.py)
+        "achieved_rate_rps", "scheduled_rate_rps", "send_lag_p50_ms", "send_lag_p99_ms", "inflight_p50",
+        "inflight_max", "concurrency_capped", "client_limited", "capacity_rps"})
+    label_params: ClassVar[dict[str, str]] = {"levels": "concurrency", "rates": "rate_rps"}
     Params = LatencyParams
     # A latency quantity is judged by its p50 at each concurrency level of the run.
     metric_families = (
@@ -74,7 +114,7 @@ class LatencyProbe(Probe[LatencyParams]):
         MetricFamily("e2e_ms", "latency", bad_direction=1, metrics=("e2e_p50_ms",)),
         MetricFamily("itl_ms", "latency", bad_direction=1, metrics=("itl_p50_ms",)),
     )
-    pooled_labels = frozenset({"concurrency"})
+    pooled_labels = frozenset({"concurrency", "rate_rps"})
 
     async def run(self, ctx: ProbeContext, params: LatencyParams) -> None:
         filler = filler_words(params.input_tokens)
@@ -87,6 +127,13 @@ class LatencyProbe(Probe[LatencyParams]):
                 sampling={"temperature": params.temperature},
             )
 
+        if params.arrival == "sweep":
+            await load.run_sweep(ctx, params, make_request)
+            return
+        if params.arrival != "closed":
+            for rate in params.rates:
+                await load.run_level(ctx, params, params.arrival, rate, make_request)
+            return
         for level in params.levels:
             if params.warmup:
                 await ctx.closed_loop(concurrency=min(level, params.warmup), count=params.warmup,
@@ -100,28 +147,30 @@ class LatencyProbe(Probe[LatencyParams]):
 
     def summarize(self, samples: Sequence[SampleRow], params: LatencyParams, *,
                   run_id: str, target: str) -> list[Metric]:
-        by_level: dict[int, list[SampleRow]] = defaultdict(list)
+        # A level is its labels but the phase: {"concurrency": N} closed, {"arrival", "rate_rps"} open.
+        by_level: dict[str, tuple[dict[str, Any], list[SampleRow]]] = {}
         for row in samples:
             labels = row.get("labels") or {}
             if row.get("probe") == self.name and labels.get("phase") == "measure" and row.get("final", True):
-                by_level[int(labels["concurrency"])].append(row)
+                level_of_row = {k: v for k, v in labels.items() if k != "phase"}
+                by_level.setdefault(labels_key(level_of_row), (level_of_row, []))[1].append(row)
 
         collected = MetricCollector(run_id=run_id, target=target, probe=self.name)
 
-        def add(name: str, value: float | None, level: int, n: int, unit: str | None,
+        def add(name: str, value: float | None, labels: dict[str, Any], n: int, unit: str | None,
                 ci: tuple[float | None, float | None] = (None, None)) -> None:
-            collected.add(name, value, {"concurrency": level}, n, unit, ci)
+            collected.add(name, value, labels, n, unit, ci)
 
         ttft_p50_by_level: dict[int, float] = {}
-        for level in sorted(by_level):
-            rows = by_level[level]
+        open_steps: dict[float, list[SampleRow]] = {}
+        for level_labels, rows in sorted(by_level.values(), key=lambda item: _level_order(item[0])):
+            first_metric = len(collected.metrics)
             ok = [r for r in rows if not r.get("error_type")]
             n_all, n_ok = len(rows), len(ok)
             ttft = [t for r in ok if (t := r.get("ttft_ms")) is not None]
             headers = [t for r in ok if (t := r.get("headers_ms")) is not None]
             e2e = [t for r in ok if (t := r.get("end_ms")) is not None]
             itl_by_request = [request_itl_ms(r) for r in ok]
-            level_labels = {"concurrency": level}
             for q in (50, 90, 99):
                 collected.percentile(f"ttft_p{q}_ms", ttft, q, level_labels, "ms")
             collected.percentile("headers_p50_ms", headers, 50, level_labels, "ms")
@@ -140,26 +189,35 @@ class LatencyProbe(Probe[LatencyParams]):
                     if decode_s > 0:
                         per_request_tps.append((tokens - 1) / decode_s)
             collected.percentile("output_tps_per_request_p50", per_request_tps, 50, level_labels, "tokens/s")
-            add("output_tps_total", _total_throughput(ok), level, n_ok, "tokens/s")
+            add("output_tps_total", _total_throughput(ok), level_labels, n_ok, "tokens/s")
 
             errors = n_all - n_ok
             share, low, high = stats.proportion(errors, n_all)
-            add("error_rate", share, level, n_all, "ratio", (low, high))
+            add("error_rate", share, level_labels, n_all, "ratio", (low, high))
 
             good = sum(1 for r in ok if _meets_thresholds(r, params))
             share, low, high = stats.proportion(good, n_all)
-            add("goodput", share, level, n_all, "ratio", (low, high))
+            add("goodput", share, level_labels, n_all, "ratio", (low, high))
             # The tier that served each request: a night moved to another tier explains a latency
             # drift. Its own series per tier, so the level's other series keep one identity.
             tiers = Counter(r["service_tier"] for r in ok if r.get("service_tier"))
             for tier, count in sorted(tiers.items()):
-                collected.add("service_tier_requests", count, {"concurrency": level, "service_tier": tier},
+                collected.add("service_tier_requests", count, {**level_labels, "service_tier": tier},
                               n_ok, "requests")
-            if (ttft_p50 := stats.percentile(ttft, 50)) is not None:
-                ttft_p50_by_level[level] = ttft_p50
+            if "concurrency" in level_labels:
+                if (ttft_p50 := stats.percentile(ttft, 50)) is not None:
+                    ttft_p50_by_level[int(level_labels["concurrency"])] = ttft_p50
+            else:
+                open_steps[float(level_labels["rate_rps"])] = rows
+                if load.add_client_metrics(collected, rows, level_labels, params):
+                    for metric in collected.metrics[first_metric:]:
+                        metric.flags = [*(metric.flags or []), load.CLIENT_LIMITED]
 
-        knee = find_knee(ttft_p50_by_level)
-        collected.add("knee_concurrency", knee, {}, len(ttft_p50_by_level), "requests")
+        if params.arrival == "closed":
+            knee = find_knee(ttft_p50_by_level)
+            collected.add("knee_concurrency", knee, {}, len(ttft_p50_by_level), "requests")
+        elif params.arrival == "sweep":
+            load.add_capacity(collected, open_steps, params)
         return collected.metrics
 
     def charts(self, latest: Sequence[dict[str, Any]]) -> list[Chart]:
@@ -167,6 +225,10 @@ class LatencyProbe(Probe[LatencyParams]):
                       ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"), x="concurrency"),
                 Chart("versus", "Inter-token latency percentiles against concurrency", "ms",
                       ("itl_p50_ms", "itl_p90_ms", "itl_p99_ms"), x="concurrency")]
+
+
+def _level_order(labels: dict[str, Any]) -> tuple[str, float]:
+    return str(labels.get("arrival", "")), float(labels.get("concurrency", labels.get("rate_rps", 0)))
 
 
 def find_knee(ttft_p50_by_level: dict[int, float], factor: float = 2.0) -> float | None:
