@@ -36,8 +36,8 @@ class CalibrationParams(ProbeParams):
     rates: list[float] = Field(default_factory=list, description="open-loop levels, requests per second")
     requests_per_level: int = Field(256, ge=1)
     first_token_ms: float = Field(100.0, gt=0, description="the emulator's fixed time to the first token")
-    gap_ms: float = Field(20.0, gt=0, description="the emulator's fixed gap between tokens")
-    tokens: int = Field(20, ge=2, description="content tokens per response")
+    gap_ms: float = Field(10.0, gt=0, description="the emulator's fixed gap between tokens")
+    tokens: int = Field(10, ge=2, description="content tokens per response")
 
     @field_validator("concurrency")
     @classmethod

@@ -161,4 +161,6 @@ async def _ground_truth(base_url: str) -> dict[str, dict[str, Any]]:
         raise CalibrationFailed(f"prober calibrate: could not read the emulator's ground truth: {exc}") from None
     finally:
         await transport.aclose()
-    return {record["request_id"]: record for record in json.loads(body)}
+    data = json.loads(body)
+    records = data["requests"] if isinstance(data, dict) else data     # either layout the emulator has used
+    return {record["request_id"]: record for record in records}
