@@ -50,6 +50,11 @@ class _RecordingSession(TargetSession):
         self.exchanges = (self.exchanges or []) + results
         return results
 
+    async def open_loop(self, **kwargs) -> list[Exchange]:
+        results = await super().open_loop(**kwargs)
+        self.exchanges = (self.exchanges or []) + results
+        return results
+
 
 class ProberClient:
     def __init__(self, base_url: str, db_url: str, max_concurrency: int) -> None:
@@ -71,7 +76,10 @@ class ProberClient:
                                                             conformance=conformance)
         return self.writers[conformance]
 
-    async def run_level(self, concurrency: int, count: int, conformance: bool) -> dict:
+    async def run_level(self, concurrency: int, count: int, conformance: bool, rate_rps: float | None = None,
+                        seed: int = 0) -> dict:
+        """A closed loop at `concurrency`, or with `rate_rps` an open loop: the latency probe's
+        Poisson level (`count` requests on the schedule its `seed` gives)."""
         store, target, settings = self.store, self.target, self.settings
         run = Run(id=uuid.uuid4().hex[:12], suite="bench-ttft-overhead", started_at=utcnow(),
                   prober_version=prober.__version__, config_hash="bench", host=socket.gethostname(),
@@ -87,7 +95,11 @@ class ProberClient:
             run_id=run.id, target=target, adapter=adapter, gate=TargetGate.for_target(target),
             probe_name=self.probe.name, budget=RunBudget(settings.budget), writer=writer, settings=settings,
             progress=RunProgress(Console(stderr=True), enabled=False), request_counter=itertools.count())
-        params = LatencyParams(levels=[concurrency], requests_per_level=count, warmup=0)
+        if rate_rps is None:
+            params = LatencyParams(levels=[concurrency], requests_per_level=count, warmup=0)
+        else:
+            params = LatencyParams(arrival="poisson", rates=[rate_rps], requests_per_level=count, warmup=0,
+                                   seed=seed)
 
         cpu0 = time.process_time()
         t0 = perf_counter_ns()
@@ -115,6 +127,8 @@ class ProberClient:
             "wall_s": wall, "cpu_s": cpu_loop, "cpu_with_drain_s": cpu_total,
             "drain_s": drain, "unstored_at_end": unstored_at_end, "stored": stored,
             "loop_lag_p99_ms": lag_summary["p99_ms"], "findings": findings.most_common(3),
+            "send_lag_ms": [ex.extra["send_lag_ms"] for ex in exchanges if "send_lag_ms" in ex.extra],
+            "sent_ns": sorted(ex.start_ns for ex in exchanges),
         }
 
     def close(self) -> None:
@@ -139,8 +153,9 @@ def client_process(control: Connection, base_url: str, db_url: str, max_concurre
                 return
             with quiet_garbage_collector():
                 pauses.take()       # not the collection quiet_garbage_collector makes before the level
-                result = asyncio.run(client.run_level(command["concurrency"], command["count"],
-                                                  command["conformance"]))
+                result = asyncio.run(client.run_level(command.get("concurrency", 0), command["count"],
+                                                      command["conformance"], command.get("rate_rps"),
+                                                      command.get("seed", 0)))
             control.send({**result, **pauses.take()})
     finally:
         client.close()
