@@ -10,6 +10,7 @@ truth gives. Reports set the latest calibration of the same host beside latency 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import select
@@ -80,7 +81,7 @@ def calibrate(config: ProberConfig, console: Console, params: CalibrationParams,
     with tempfile.TemporaryDirectory(prefix="prober-calibrate-") as workdir:
         scenario = Path(workdir) / "calibration.toml"
         scenario.write_text("".join(f"{key} = {value!r}\n" for key, value in params.scenario().items()))
-        emulator, base_url = _start_emulator(scenario)
+        emulator, base_url = _start_emulator(scenario, Path(workdir) / "emulator.log")
         try:
             target = TargetConfig(
                 name=TARGET, protocol=template.protocol if template else "openai", base_url=base_url,
@@ -96,7 +97,7 @@ def calibrate(config: ProberConfig, console: Console, params: CalibrationParams,
                 metrics = list(result.metrics)
                 if result.status == "complete":
                     truth = asyncio.run(_ground_truth(base_url))
-                    overheads = [_in_entry(m, suite) for m in overhead_metrics(
+                    overheads = [dataclasses.replace(metric, entry=suite.entries[0].id) for metric in overhead_metrics(
                         store.samples(result.run_id, target=TARGET), truth, params,
                         run_id=result.run_id, target=TARGET)]
                     store.write_metrics(overheads)
@@ -108,16 +109,13 @@ def calibrate(config: ProberConfig, console: Console, params: CalibrationParams,
     return Calibration(run=result, metrics=metrics)
 
 
-def _in_entry(metric: Metric, suite: Suite) -> Metric:
-    metric.entry = suite.entries[0].id
-    return metric
-
-
-def _start_emulator(scenario: Path) -> tuple[subprocess.Popen[str], str]:
-    """`prober emulate` on a free port, in its own process; its base URL once it listens."""
-    process = subprocess.Popen([sys.executable, "-m", "prober.cli", "emulate", "--port", "0",
-                                "--scenario", str(scenario)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _start_emulator(scenario: Path, log: Path) -> tuple[subprocess.Popen[str], str]:
+    """`prober emulate` on a free port, in its own process; its base URL once it listens. Its
+    stderr goes to `log`: a pipe nobody reads would stall it once full."""
+    with log.open("w") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "prober.cli", "emulate", "--port", "0",
+                                    "--scenario", str(scenario)],
+                                   stdout=subprocess.PIPE, stderr=stderr, text=True)
     assert process.stdout is not None
     deadline = time.monotonic() + _START_TIMEOUT_S
     while (left := deadline - time.monotonic()) > 0:
@@ -130,8 +128,8 @@ def _start_emulator(scenario: Path) -> tuple[subprocess.Popen[str], str]:
         if match := _LISTENING.search(line):
             return process, match.group(1)
     _stop(process)
-    stderr = process.stderr.read().strip().splitlines() if process.stderr else []
-    reason = stderr[-1] if stderr else f"no address within {_START_TIMEOUT_S:g}s"
+    said = log.read_text(errors="replace").strip().splitlines()
+    reason = said[-1] if said else f"no address within {_START_TIMEOUT_S:g}s"
     raise CalibrationFailed(f"prober calibrate: the emulator did not start: {reason}")
 
 
