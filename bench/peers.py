@@ -4,6 +4,11 @@ Each peer runs as its own console script from a virtual environment of its own (
 lock), against the same fixed-delay server, at the same Poisson rate and request count. What is
 read back: the TTFTs it reported (overhead = TTFT - 100 ms) and its achieved request rate. A peer
 that is not installed, or that fails, gives a row saying so instead of figures.
+
+Both build synthetic prompts with a tokenizer they download (guidellm from the Hugging Face hub,
+aiperf's "builtin" one a tiktoken file): on a machine without internet access both stop there, and
+the row says so. The result readers below follow the peers' documented export layouts and have not
+been exercised on such a machine.
 """
 
 from __future__ import annotations
@@ -28,18 +33,28 @@ def run_peer(name: str, script: str | None, base_url: str, rate: float, count: i
         except subprocess.TimeoutExpired:
             return {"unavailable": f"failed: no result within {PEER_TIMEOUT_S:g}s"}
         if done.returncode != 0:
-            last = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:] or ["no output"]
-            return {"unavailable": f"failed (exit {done.returncode}): {last[0][:160]}"}
+            return {"unavailable": f"failed (exit {done.returncode}): {_first_error(done, Path(out))[:200]}"}
         try:
             return _READERS[name](Path(out))
         except (OSError, ValueError, KeyError, IndexError) as exc:
             return {"unavailable": f"failed: unreadable result ({type(exc).__name__}: {exc})"}
 
 
+def _first_error(done: subprocess.CompletedProcess[str], out: Path) -> str:
+    """The first line that names an error, in the peer's output or its log files (aiperf says only
+    where its log is); else its last line. A peer that needs a tokenizer from the internet fails here."""
+    texts = [done.stderr, done.stdout] + [log.read_text(errors="replace") for log in sorted(out.rglob("*.log"))]
+    lines = [line.strip() for text in texts for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines[-1:] or ["no output"])[0].replace("|", "/")
+
+
 def _guidellm(script: str, base_url: str, rate: float, count: int, model: str, out: Path) -> list[str]:
-    return [script, "benchmark", "run", "--target", base_url, "--model", model, "--profile", "poisson",
-            "--rate", f"{rate:g}", "--max-requests", str(count), "--request-type", "chat_completions",
-            "--data", "prompt_tokens=128,output_tokens=20", "--output-path", str(out / "guidellm.json")]
+    # guidellm 0.8's option layout (kind=...,key=value); its synthetic prompts need a tokenizer
+    return [script, "run", "--backend", f"kind=openai_http,target={base_url},model={model}",
+            "--profile", f"kind=poisson,rate={rate:g}", "--constraint", f"kind=max_requests,count={count}",
+            "--data", "kind=synthetic_text,prompt_tokens=128,output_tokens=20",
+            "--output", f"kind=json,path={out / 'guidellm.json'}", "--disable-console-interactive"]
 
 
 def _read_guidellm(out: Path) -> dict[str, Any]:
@@ -53,10 +68,11 @@ def _read_guidellm(out: Path) -> dict[str, Any]:
 
 
 def _aiperf(script: str, base_url: str, rate: float, count: int, model: str, out: Path) -> list[str]:
+    # builtin tokenizer: no download from a model hub (the bench never reaches the internet)
     return [script, "profile", "--url", base_url, "--model", model, "--endpoint-type", "chat", "--streaming",
-            "--request-rate", f"{rate:g}", "--request-count", str(count), "--synthetic-input-tokens-mean", "128",
-            "--output-tokens-mean", "20", "--use-server-token-count", "--artifact-dir", str(out / "aiperf"),
-            "--ui-type", "none"]
+            "--request-rate", f"{rate:g}", "--arrival-pattern", "poisson", "--request-count", str(count),
+            "--isl", "128", "--output-tokens-mean", "20", "--tokenizer", "builtin", "--use-server-token-count",
+            "--artifact-dir", str(out / "aiperf"), "--ui-type", "none"]
 
 
 def _read_aiperf(out: Path) -> dict[str, Any]:
