@@ -50,6 +50,11 @@ class _RecordingSession(TargetSession):
         self.exchanges = (self.exchanges or []) + results
         return results
 
+    async def open_loop(self, **kwargs) -> list[Exchange]:
+        results = await super().open_loop(**kwargs)
+        self.exchanges = (self.exchanges or []) + results
+        return results
+
 
 class ProberClient:
     def __init__(self, base_url: str, db_url: str, max_concurrency: int) -> None:
@@ -60,15 +65,29 @@ class ProberClient:
                                    max_concurrency=max_concurrency)
         self.settings = RunnerConfig(progress=False)
         self.probe = LatencyProbe()
+        # One sample-writer process per conformance mode for the client's lifetime, as `prober run`
+        # starts one per run: its start-up (imports, the SDK validators: about 1.8 s of CPU with
+        # conformance on) is paid at the warm-up, not charged to each level's requests.
+        self.writers: dict[bool, SampleWriterProcess] = {}
 
-    async def run_level(self, concurrency: int, count: int, conformance: bool) -> dict:
+    def writer(self, conformance: bool) -> SampleWriterProcess:
+        if conformance not in self.writers:
+            self.writers[conformance] = SampleWriterProcess(self.db_url, self.settings.max_output_chars,
+                                                            conformance=conformance)
+        return self.writers[conformance]
+
+    async def run_level(self, concurrency: int, count: int, conformance: bool, rate_rps: float | None = None,
+                        seed: int = 0) -> dict:
+        """A closed loop at `concurrency`, or with `rate_rps` an open loop: the latency probe's
+        Poisson level (`count` requests on the schedule its `seed` gives)."""
         store, target, settings = self.store, self.target, self.settings
         run = Run(id=uuid.uuid4().hex[:12], suite="bench-ttft-overhead", started_at=utcnow(),
                   prober_version=prober.__version__, config_hash="bench", host=socket.gethostname(),
                   pid=os.getpid(), targets=[target.name],
                   notes={"concurrency": concurrency, "conformance": conformance})
         store.create_run(run)
-        writer = SampleWriterProcess(self.db_url, settings.max_output_chars, conformance=conformance)
+        writer = self.writer(conformance)
+        count_before = writer.count
         lag = LoopLagMonitor()
         lag.start()
         adapter = make_adapter(target, self.base_url, None)
@@ -76,7 +95,11 @@ class ProberClient:
             run_id=run.id, target=target, adapter=adapter, gate=TargetGate.for_target(target),
             probe_name=self.probe.name, budget=RunBudget(settings.budget), writer=writer, settings=settings,
             progress=RunProgress(Console(stderr=True), enabled=False), request_counter=itertools.count())
-        params = LatencyParams(levels=[concurrency], requests_per_level=count, warmup=0)
+        if rate_rps is None:
+            params = LatencyParams(levels=[concurrency], requests_per_level=count, warmup=0)
+        else:
+            params = LatencyParams(arrival="poisson", rates=[rate_rps], requests_per_level=count, warmup=0,
+                                   seed=seed)
 
         cpu0 = time.process_time()
         t0 = perf_counter_ns()
@@ -90,11 +113,10 @@ class ProberClient:
 
         await lag.stop()
         await adapter.aclose()
-        writer.close()
         lag_summary = lag.summary(t0, t0 + int(wall * 1e9))
         store.finish_run(run.id, "complete", utcnow(), loop_lag=lag.summary())
         stored = store.get_run(run.id)["sample_count"]
-        unstored_at_end = writer.count - stored
+        unstored_at_end = writer.count - count_before - stored
         findings = collections.Counter(f for row in store.samples(run.id) for f in row["findings"] or [])
 
         exchanges = session.exchanges or []
@@ -105,9 +127,13 @@ class ProberClient:
             "wall_s": wall, "cpu_s": cpu_loop, "cpu_with_drain_s": cpu_total,
             "drain_s": drain, "unstored_at_end": unstored_at_end, "stored": stored,
             "loop_lag_p99_ms": lag_summary["p99_ms"], "findings": findings.most_common(3),
+            "send_lag_ms": [ex.extra["send_lag_ms"] for ex in exchanges if "send_lag_ms" in ex.extra],
+            "sent_ns": sorted(ex.start_ns for ex in exchanges),
         }
 
     def close(self) -> None:
+        for writer in self.writers.values():
+            writer.close()
         self.store.close()
 
 
@@ -125,10 +151,11 @@ def client_process(control: Connection, base_url: str, db_url: str, max_concurre
                 return
             if command == "stop":
                 return
-            pauses.take()
             with quiet_garbage_collector():
-                result = asyncio.run(client.run_level(command["concurrency"], command["count"],
-                                                  command["conformance"]))
+                pauses.take()       # not the collection quiet_garbage_collector makes before the level
+                result = asyncio.run(client.run_level(command.get("concurrency", 0), command["count"],
+                                                      command["conformance"], command.get("rate_rps"),
+                                                      command.get("seed", 0)))
             control.send({**result, **pauses.take()})
     finally:
         client.close()

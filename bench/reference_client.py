@@ -34,9 +34,13 @@ def _request(host: str, port: int) -> bytes:
             % (host.encode(), port, len(body), body))
 
 
-async def _one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> float | None:
-    """One request on an open connection: its TTFT in ms, or None if no content came."""
+async def _one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes,
+               sent_at: list[int] | None = None) -> float | None:
+    """One request on an open connection: its TTFT in ms, or None if no content came. The time
+    just before the request was written is appended to `sent_at` when given."""
     start = perf_counter_ns()
+    if sent_at is not None:
+        sent_at.append(start)
     writer.write(request)
     head = await reader.readuntil(b"\r\n\r\n")
     if not head.startswith(b"HTTP/1.1 200"):
@@ -91,6 +95,51 @@ async def run_level(host: str, port: int, concurrency: int, count: int) -> dict:
     return {"ttft_ms": ttfts, "errors": errors, "wall_s": wall, "cpu_s": time.process_time() - cpu0}
 
 
+async def run_open_loop(host: str, port: int, offsets_s: list[float]) -> dict:
+    """Request i is written at the start + offsets_s[i] whether or not earlier ones finished, on an
+    idle kept-alive connection (the most recently used) or a new one. Send lag: the time just
+    before the request was written minus when it was due."""
+    ttfts: list[float] = []
+    errors: list[str] = []
+    lags_ms: list[float] = []
+    sent: list[int] = []
+    idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def one(due_ns: int) -> None:
+        reader, writer = idle.pop() if idle else await asyncio.open_connection(host, port)
+        sent_at: list[int] = []
+        try:
+            ttft = await _one(reader, writer, _request(host, port), sent_at)
+        except (OSError, asyncio.IncompleteReadError, RuntimeError, ValueError) as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+            writer.close()
+            return
+        finally:
+            if sent_at:
+                sent.append(sent_at[0])
+                lags_ms.append((sent_at[0] - due_ns) / 1e6)
+        idle.append((reader, writer))
+        if ttft is None:
+            errors.append("no content chunk")
+        else:
+            ttfts.append(ttft)
+
+    cpu0 = time.process_time()
+    t0 = perf_counter_ns()
+    tasks = []
+    for offset in offsets_s:
+        due_ns = t0 + round(offset * 1e9)
+        if (wait_ns := due_ns - perf_counter_ns()) > 0:
+            await asyncio.sleep(wait_ns / 1e9)
+        tasks.append(asyncio.create_task(one(due_ns)))
+    await asyncio.gather(*tasks)
+    wall = (perf_counter_ns() - t0) / 1e9
+    for _, writer in idle:
+        writer.close()
+    return {"ttft_ms": ttfts, "errors": errors, "wall_s": wall, "cpu_s": time.process_time() - cpu0,
+            "send_lag_ms": lags_ms, "sent_ns": sorted(sent)}
+
+
 def client_process(control: Connection, host: str, port: int) -> None:
     """Process entry: run each {"concurrency", "count"} command received, send the results back."""
     machine.raise_fd_limit()
@@ -104,5 +153,8 @@ def client_process(control: Connection, host: str, port: int) -> None:
         if command == "stop":
             return
         pauses.take()
-        result = asyncio.run(run_level(host, port, command["concurrency"], command["count"]))
+        if "offsets_s" in command:
+            result = asyncio.run(run_open_loop(host, port, command["offsets_s"]))
+        else:
+            result = asyncio.run(run_level(host, port, command["concurrency"], command["count"]))
         control.send({**result, **pauses.take()})

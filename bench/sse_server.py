@@ -55,6 +55,10 @@ def encode_response(n_chunks: int = CONTENT_CHUNKS) -> tuple[bytes, list[bytes]]
     return head, writes
 
 
+_MODELS_BODY = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0,
+                                                          "owned_by": "bench"}]}).encode()
+_MODELS = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+    len(_MODELS_BODY), _MODELS_BODY)
 _NOT_FOUND = (b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 52\r\n\r\n"
               b'{"error":{"message":"not found","type":"not_found"}}')
 
@@ -99,6 +103,10 @@ class _Stream(asyncio.Protocol):
             return
         del buf[:end + 4 + length]
         self.close_after = b"\r\nconnection: close" in head
+        if head.startswith(b"get ") and (b"/health " in head[:100] or b"/models " in head[:100]):
+            self.transport.write(_MODELS)        # peers (guidellm) check the server before they start
+            self._finished()
+            return
         if not head.startswith(b"post ") or b"/chat/completions " not in head[:200]:
             self.transport.write(_NOT_FOUND)
             self._finished()

@@ -460,6 +460,33 @@ def drill(
 
 
 @app.command()
+def calibrate(
+    target: Annotated[str | None, typer.Option("--target", "-t", help="take this target's protocol, model and "
+                                               "timeouts (default: OpenAI protocol)")] = None,
+    concurrency: Annotated[str | None, typer.Option(help="closed-loop levels, e.g. 1,64,256")] = None,
+    rates: Annotated[str | None, typer.Option(help="open-loop rates in requests/s, e.g. 100,400")] = None,
+    requests: Annotated[int | None, typer.Option(help="requests per level (default 256)")] = None,
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Measure the client's own TTFT and ITL overhead on this machine against an emulator process
+    with a fixed schedule; stored as a run of suite `calibrate`. Exit 3 if it could not complete.
+
+    Example: prober calibrate --concurrency 1,64,256 --rates 200
+    """
+    from prober.commands.calibrate import calibrate as run_calibration
+    from prober.commands.calibrate import calibration_params
+
+    cfg = _config(config, db)
+    params = calibration_params(concurrency, rates, {} if requests is None else {"requests_per_level": requests})
+    result = run_calibration(cfg, err, params, target)
+    _print_metrics(result.metrics, title=f"calibration run {result.run.run_id} ({result.run.status})")
+    for problem in result.run.problems:
+        err.print(f"problem: {_shown(problem)}")
+    raise typer.Exit(result.run.exit_code)
+
+
+@app.command()
 def emulate(
     port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8090,
     scenario: Annotated[Path | None, typer.Option(help="scenario TOML (default: built-in)")] = None,

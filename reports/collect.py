@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from prober.core.config import SloRule
 from prober.core.errors import ConfigError
 from prober.core.records import labels_key, utcnow
+from reports.calibration import Overhead, host_calibration
 from reports.examples import Example, pick_examples
 from reports.plots import MetricSeries, Plot, point, suite_plots, trend_plots
 from reports.run_lines import provenance_lines
@@ -94,6 +95,8 @@ class LatestMetric:
     recent: list[float | None] = field(default_factory=list)
     # why the value is never judged (e.g. ["interval_unbounded"]); None when it is
     flags: list[str] | None = None
+    # the client's own overhead on this host for a TTFT or ITL figure (reports/calibration.py)
+    overhead: Overhead | None = None
 
 
 @dataclass
@@ -257,6 +260,7 @@ def _section(store: Store, verdicts: Verdicts, target: str, suite: str, rows: li
             recent[_series_key(row)].append(row.get("value"))
     history = _history(rows)
     examples = pick_examples(store.samples(latest.id, target=target))
+    calibration = host_calibration(store, latest.id)
     probes = []
     for probe in dict.fromkeys(row["probe"] for row in latest_rows):
         probe_rows = [row for row in latest_rows if row["probe"] == probe]
@@ -268,7 +272,9 @@ def _section(store: Store, verdicts: Verdicts, target: str, suite: str, rows: li
             probe=probe,
             metrics=[LatestMetric(probe, row["name"], row.get("labels") or {}, row.get("value"), row.get("ci_low"),
                                   row.get("ci_high"), row.get("n"), row.get("unit"), checks.get(row["id"], []),
-                                  recent[_series_key(row)], row.get("flags") or None) for row in probe_rows],
+                                  recent[_series_key(row)], row.get("flags") or None,
+                                  calibration.for_figure(row["name"], row.get("labels") or {}) if calibration
+                                  else None) for row in probe_rows],
             plots=suite_plots(probe, probe_rows, probe_history),
             trends=trends,
             examples=[e for e in examples if e.probe == probe],

@@ -13,12 +13,15 @@ import re
 
 from prober.core.controlchars import escape_controls
 from prober.core.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
+from reports.calibration import MARK_SHARE
 from reports.collect import LatestMetric, Report, Section
 from reports.plots import Plot, label_text
 from reports.svg import fmt, interval_text
 
 # Next to a flagged value; the legend under the table says why it is never judged.
 FLAG_MARKER = "(!)"
+# Next to a latency figure the client's own overhead is too large a part of (reports/calibration.py).
+OVERHEAD_MARKER = "(client)"
 
 # What can start emphasis, code, a link or a table cell; `<`, `>` and `&` become entities below.
 _PUNCTUATION = re.compile(r"([\\`*_\[\]|])")
@@ -47,13 +50,21 @@ def _ci(m: LatestMetric) -> str:
 
 
 def _value(m: LatestMetric) -> str:
-    return fmt(m.value) + (f" {FLAG_MARKER}" if m.flags else "")
+    shown = fmt(m.value) + (f" {FLAG_MARKER}" if m.flags else "")
+    if m.overhead is not None:
+        mark = f" {OVERHEAD_MARKER}" if m.overhead.marks(m.value) else ""
+        shown += f" (client overhead {fmt(m.overhead.value_ms)} ms{mark})"
+    return shown
 
 
 def _legend(metrics: list[LatestMetric]) -> list[str]:
     flags = sorted({flag for m in metrics for flag in m.flags or []})
+    calibrations = sorted({m.overhead.run_id for m in metrics if m.overhead is not None})
+    overhead = [f"Client overhead: what `prober calibrate` measured on this host (run "
+                f"{text(', '.join(calibrations))}); {OVERHEAD_MARKER}: more than {MARK_SHARE:.0%} of the figure."
+                ] if calibrations else []
     return [f"{FLAG_MARKER} {text(flag)}: {text(FLAG_NOTES.get(flag, 'never judged'))}." for flag in flags] \
-        + [f"{text(PERCENTILE_INTERVAL_NOTE)}.", ""]
+        + overhead + [f"{text(PERCENTILE_INTERVAL_NOTE)}.", ""]
 
 
 def _slo_cell(m: LatestMetric) -> str:

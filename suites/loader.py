@@ -16,10 +16,11 @@ from prober.core.errors import ConfigError
 from prober.core.probe_registry import get_probe
 from prober.core.tomlfile import read_toml, validation_error
 from probes.base import Probe, ProbeParams
+from probes.calibration import CalibrationParams
 from suites.overrides import ParamOverrides, command_line_error
 
 BUILTIN_DIR = Path(__file__).parent
-_SUITE_KEYS = {"description", "include", "probes"}
+_SUITE_KEYS = {"description", "include", "probes", "calibrate"}
 _ENTRY_KEYS = {"probe", "params"}
 
 
@@ -40,6 +41,9 @@ class Suite:
     description: str
     path: Path
     entries: list[SuiteEntry]
+    # The suite file's `calibrate` table: `prober run` first measures the client's own overhead
+    # with these parameters (probes/calibration.py); None: no calibration.
+    calibrate: CalibrationParams | None = None
 
 
 def search_dirs(user_paths: list[str]) -> list[Path]:
@@ -67,7 +71,21 @@ def load_suite(name: str, user_paths: list[str], overrides: dict[str, Any] | Non
     from_command_line = ParamOverrides(overrides)
     description = _resolve(name, suites, entries, stack=[], overrides=from_command_line)
     from_command_line.check_all_used(name, (entry.probe for entry in entries))
-    return Suite(name=name, description=description, path=suites[name], entries=entries)
+    return Suite(name=name, description=description, path=suites[name], entries=entries,
+                 calibrate=_calibration(suites[name]))
+
+
+def _calibration(path: Path) -> CalibrationParams | None:
+    """The top-level suite file's `calibrate` table (an included suite's is not run)."""
+    raw = read_toml(path).get("calibrate")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: calibrate: must be a table")
+    try:
+        return CalibrationParams.model_validate(raw)
+    except ValidationError as exc:
+        raise validation_error(str(path), exc, prefix="calibrate.") from None
 
 
 def _resolve(name: str, suites: dict[str, Path], entries: list[SuiteEntry], stack: list[str],

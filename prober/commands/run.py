@@ -18,6 +18,7 @@ from rich.console import Console
 from prober.alerting.alerts import Evaluation, evaluate_run, make_sinks
 from prober.alerting.drift import baseline_resets
 from prober.alerting.slo_rules import RuleState, check_rules_known, rule_states, unmatched_warnings
+from prober.commands.calibrate import CalibrationFailed, calibrate
 from prober.core.config import ProberConfig
 from prober.runner import EXIT_OK, Runner, RunResult, prepare
 from prober.store_access import open_store
@@ -41,6 +42,7 @@ def run_and_judge(config: ProberConfig, console: Console, suite_name: str, targe
     check_rules_known(config.slo, config.source)
     suite, targets, keys = prepare(config, suite_name, target_names, overrides)
     sinks = make_sinks(config)   # an unset URL or secret variable is a usage error, before any request
+    calibration_notes = _calibrate_first(config, console, suite)
     store = open_store(config.store.url, console)
     try:
         ran = Runner(config, console).execute(store, suite, targets, keys)
@@ -50,9 +52,25 @@ def run_and_judge(config: ProberConfig, console: Console, suite_name: str, targe
             if result.alerts.firing and result.exit_code == EXIT_OK:
                 result.exit_code = EXIT_ALERT
             _judge_slos(config, store, suite, result)
+        result.warnings += calibration_notes
         return result
     finally:
         store.close()
+
+
+def _calibrate_first(config: ProberConfig, console: Console, suite: Suite) -> list[str]:
+    """The suite's `calibrate` table, run before the suite (prober/commands/calibrate.py); a
+    calibration that could not run is a warning, never a reason to skip the suite."""
+    if suite.calibrate is None:
+        return []
+    try:
+        calibration = calibrate(config, console, suite.calibrate)
+    except CalibrationFailed as exc:
+        return [f"calibration skipped: {exc}"]
+    if calibration.run.status != "complete":
+        return [f"calibration run {calibration.run.run_id} {calibration.run.status}: "
+                + "; ".join(calibration.run.problems)]
+    return []
 
 
 def _judge_slos(config: ProberConfig, store: Store, suite: Suite, result: JudgedRun) -> None:
