@@ -161,7 +161,7 @@ def clustered_percentile_interval(groups: Sequence[Sequence[float]], q: float, c
     # Hesterberg's expanded percentile interval: the plain percentile bootstrap is too narrow on
     # few units (its spread is the n-divisor one, with normal tails); widen the tails to those of
     # a t with n - 1 degrees of freedom, scaled by sqrt(n / (n - 1)).
-    from scipy.special import ndtr, stdtrit   # the normal cdf and Student's t quantile (see _binomial_cdf)
+    from scipy.special import ndtr, stdtrit  # the normal cdf and Student's t quantile (see _binomial_cdf)
 
     t_upper = stdtrit(n - 1, 1.0 - (1.0 - confidence) / 2)
     tail = float(ndtr(-math.sqrt(n / (n - 1)) * t_upper)) * 100
