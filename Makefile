@@ -54,9 +54,13 @@ demo: local-endpoint
 test: system-deps local-endpoint
 	$(PY) -m pytest -q -p no:cacheprovider
 
-# No apt, no llama-server build, no PostgreSQL: tests/conftest.py describes the tiers.
+# No apt, no llama-server build, no PostgreSQL: tests/conftest.py describes the tiers. Everything but
+# the timing tests runs on every core (pytest-xdist); the timing tests then run alone, one at a time,
+# so that no other test's work is load their bounds must absorb.
+FAST := unit or emulator
 test-fast: install
-	$(PY) -m pytest -q -p no:cacheprovider -m "unit or emulator"
+	$(PY) -m pytest -q -p no:cacheprovider -n auto -m "($(FAST)) and not timing"
+	$(PY) -m pytest -q -p no:cacheprovider -m "($(FAST)) and timing"
 
 # The gates .ci/run passes before the tests: ruff's rule set and mypy's strict mode, both configured
 # in pyproject.toml (where the excluded rules say why). They need only the test extra.

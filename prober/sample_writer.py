@@ -96,12 +96,14 @@ def _writer_main(store_url: str, max_output_chars: int | None, conformance: bool
     # A spawned child starts with an empty redactor: the parent's secrets come with the arguments
     # (through the spawn pipe, never the command line), before the first row is built.
     register(secrets)
-    from prober.targets.conformance import check_exchange, prepare
+    # An SDK's types are imported when its protocol's first sample arrives (conformance.py), not
+    # here: the run waits for "ready", and importing both SDKs costs 2-3 s of CPU (the Anthropic SDK
+    # most of it) that a run speaking one protocol, or none when conformance is off, never needs.
+    # Checking here is off the event loop, so the first check's wait only delays its storage.
+    from prober.targets.conformance import check_exchange
     from store import Store
 
     try:
-        if conformance:
-            prepare()   # build the SDK validators before the first sample arrives
         store = Store.open(store_url)
         writer = store.sample_writer(max_output_chars)
     except Exception as exc:

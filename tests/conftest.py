@@ -20,7 +20,7 @@ import pytest
 from tests.support.alertmanager import alertmanager_url  # noqa: F401
 from tests.support.llama import llama_servers  # noqa: F401
 from tests.support.postgres import postgres_url  # noqa: F401
-from tests.support.timing import retry_summary_lines
+from tests.support.timing import retry_summary_lines, take_retries
 
 TIERS = ("unit", "emulator", "real", "infra")
 
@@ -79,8 +79,26 @@ def _unit_tests_open_no_sockets(request: pytest.FixtureRequest, monkeypatch: pyt
                     pytrace=False)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """A timing test's failed attempts travel on its report (a pytest-xdist worker sends reports,
+    not module state, to the process that prints the summary)."""
+    outcome = yield
+    if call.when == "call" and (retries := take_retries()):
+        outcome.get_result().user_properties.append(("timing_retries", retries))
+
+
+_reported_retries: list[tuple[str, int, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, value in report.user_properties:
+        if name == "timing_retries":
+            _reported_retries.extend(tuple(retry) for retry in value)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    lines = retry_summary_lines()
+    lines = retry_summary_lines(_reported_retries)
     if lines:
         terminalreporter.section("timing tests retried", sep="=", yellow=True, bold=True)
         for line in lines:

@@ -6,6 +6,7 @@ retried timing test is listed in the summary with its failed attempt's message."
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -16,16 +17,12 @@ pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.emulator
 
 REPO = Path(__file__).resolve().parents[1]
-INI = """[pytest]
-addopts = --strict-markers -p no:cacheprovider
-markers =
-    unit: u
-    emulator: e
-    real: r
-    infra: i
-"""
+# The project's own markers (tiers and `timing`), so the child refuses what the project refuses.
+MARKERS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+INI = "[pytest]\naddopts = --strict-markers -p no:cacheprovider\nmarkers =\n" + "".join(
+    f"    {marker}\n" for marker in MARKERS)
 CONFTEST = ("from tests.conftest import _unit_tests_open_no_sockets, pytest_collection_modifyitems, "
-            "pytest_terminal_summary\n")
+            "pytest_runtest_makereport, pytest_runtest_logreport, pytest_terminal_summary\n")
 
 
 @pytest.fixture
@@ -122,7 +119,8 @@ def test_a_unit_test_that_opens_a_socket_fails_even_when_it_swallows_the_error(c
     ])
 
 
-def test_a_retried_timing_test_is_reported_and_retried_once_only(child):
+@pytest.mark.parametrize("workers", [None, "2"], ids=["one-process", "xdist-workers"])
+def test_a_retried_timing_test_is_reported_and_retried_once_only(child, workers):
     child.makepyfile(test_some="""
         import pytest
         from tests.support.timing import timing_sensitive
@@ -141,7 +139,8 @@ def test_a_retried_timing_test_is_reported_and_retried_once_only(child):
             attempts["broken"] += 1
             assert attempts["broken"] > 2, f"late by 40 ms (attempt {attempts['broken']})"
     """)
-    result = child.runpytest_subprocess("-rA")
+    # Under pytest-xdist (`make test-fast`) the attempts happen in a worker and must still reach the summary.
+    result = child.runpytest_subprocess("-rA", *(["-n", workers] if workers else []))
     result.assert_outcomes(passed=1, failed=1)
     summary = result.stdout.str().split("timing tests retried")[1]
     assert "test_some.py::test_flaky: attempt 1 failed: late by 7.5 ms" in summary

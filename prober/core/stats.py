@@ -78,8 +78,6 @@ def order_statistic_ranks(n: int, q: float, confidence: float = 0.95) -> tuple[i
     the true percentile, P(X_(l) > x_q) = P(B < l) and P(X_(u) < x_q) = P(B >= u), each kept at or
     under (1 - confidence) / 2. None on a side no rank reaches: p99 of 32 observations has no
     upper bound (the maximum is below the true p99 with probability 0.99^32 = 72%)."""
-    from scipy.stats import binom
-
     if not 0.0 <= q <= 100.0:
         raise ValueError(f"percentile q must be within [0, 100], not {q!r}")
     if n <= 0:
@@ -87,10 +85,30 @@ def order_statistic_ranks(n: int, q: float, confidence: float = 0.95) -> tuple[i
     tail = (1.0 - confidence) / 2
     p = q / 100.0
     # l - 1 = the largest k with P(B <= k) <= tail; u - 1 = the smallest k with P(B <= k) >= 1 - tail.
-    below = int(binom.ppf(tail, n, p))               # the smallest k with P(B <= k) >= tail
-    low_rank = below if binom.cdf(below, n, p) > tail else below + 1
-    high_rank = int(binom.ppf(1.0 - tail, n, p)) + 1
+    below = _binomial_quantile(tail, n, p)          # the smallest k with P(B <= k) >= tail
+    low_rank = below if _binomial_cdf(below, n, p) > tail else below + 1
+    high_rank = _binomial_quantile(1.0 - tail, n, p) + 1
     return (low_rank if low_rank >= 1 else None), (high_rank if high_rank <= n else None)
+
+
+def _binomial_cdf(k: int, n: int, p: float) -> float:
+    # scipy.special, not scipy.stats: every run summarizes percentiles, and importing scipy.stats
+    # costs each `prober` process about half a second of CPU more.
+    from scipy.special import bdtr
+
+    return 1.0 if k >= n else float(bdtr(k, n, p))
+
+
+def _binomial_quantile(level: float, n: int, p: float) -> int:
+    """The smallest k in [0, n] with P(B <= k) >= level, B ~ Binomial(n, p) (scipy's binom.ppf)."""
+    low, high = 0, n
+    while low < high:
+        middle = (low + high) // 2
+        if _binomial_cdf(middle, n, p) >= level:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def percentile_interval(values: Sequence[float], q: float, confidence: float = 0.95) -> PercentileEstimate:
@@ -148,9 +166,10 @@ def clustered_percentile_interval(groups: Sequence[Sequence[float]], q: float, c
     # Hesterberg's expanded percentile interval: the plain percentile bootstrap is too narrow on
     # few units (its spread is the n-divisor one, with normal tails); widen the tails to those of
     # a t with n - 1 degrees of freedom, scaled by sqrt(n / (n - 1)).
-    from scipy.stats import norm, t
+    from scipy.special import ndtr, stdtrit  # the normal cdf and Student's t quantile (see _binomial_cdf)
 
-    tail = float(norm.cdf(-math.sqrt(n / (n - 1)) * t.isf((1.0 - confidence) / 2, n - 1))) * 100
+    t_upper = stdtrit(n - 1, 1.0 - (1.0 - confidence) / 2)
+    tail = float(ndtr(-math.sqrt(n / (n - 1)) * t_upper)) * 100
     low, high = np.percentile(estimates, [tail, 100 - tail])
     return PercentileEstimate(value, float(low), float(high), n)
 

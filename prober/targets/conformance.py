@@ -46,16 +46,6 @@ def _openai_models() -> dict[str, type[BaseModel]]:
     return {"chunk": ChatCompletionChunk, "completion": ChatCompletion}
 
 
-def prepare() -> None:
-    """Import the SDK types and build their validators now (about a second, once per process),
-    so that the first `check_exchange` during a run does not stall the event loop."""
-    for model in (*_anthropic_models().values(), *_openai_models().values()):
-        try:
-            model.model_validate({})
-        except ValidationError:
-            pass
-
-
 def _is_branch(part: Any) -> bool:
     """A union member's name in a pydantic error location (a model class or a tagged type),
     as opposed to a field name (the APIs use snake_case) or a list index."""

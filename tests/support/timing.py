@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 from prober.emulator import Emulator, Scenario
 from tests.support.emulator import RawResponse, anthropic_body, openai_body, raw_request, running
 
@@ -26,13 +28,17 @@ from tests.support.emulator import RawResponse, anthropic_body, openai_body, raw
 # and listed in the terminal summary (tests/conftest.py), with its figures.
 TIMING_ATTEMPTS = 2
 
+# The failed attempts of the test running in this process: tests/conftest.py moves them onto the
+# test's report, so that they reach the terminal summary from a pytest-xdist worker too.
 _retries: list[tuple[str, int, str]] = []   # (test id, failed attempt, its assertion message)
 
 
 def timing_sensitive(test):
     """Run a timing test again if it failed, up to TIMING_ATTEMPTS runs in all, reporting each
     failed attempt. One burst of outside load can make one run late; a real timing bug fails every
-    run, and the bounds stay tight."""
+    run, and the bounds stay tight. Also marks the test `timing`: `make test-fast` runs those on
+    their own, after the others, since a test beside them on the other core is load they would
+    have to absorb."""
     @functools.wraps(test)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         for attempt in range(1, TIMING_ATTEMPTS + 1):
@@ -46,11 +52,18 @@ def timing_sensitive(test):
                 _retries.append((test_id, attempt, message))
                 print(f"timing retry: attempt {attempt} of {TIMING_ATTEMPTS} failed, running again: {message}",
                       file=sys.stderr)
-    return wrapper
+    return pytest.mark.timing(wrapper)
 
 
-def retry_summary_lines() -> list[str]:
-    return [f"{test_id}: attempt {attempt} failed: {message}" for test_id, attempt, message in _retries]
+def take_retries() -> list[tuple[str, int, str]]:
+    """The failed attempts recorded since the last call, forgotten here once taken."""
+    taken = list(_retries)
+    _retries.clear()
+    return taken
+
+
+def retry_summary_lines(retries: list[tuple[str, int, str]]) -> list[str]:
+    return [f"{test_id}: attempt {attempt} failed: {message}" for test_id, attempt, message in retries]
 
 
 # A timing may be this many times as late as its reference, plus MARGIN_MS. The reference of an
