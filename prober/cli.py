@@ -480,7 +480,7 @@ def calibrate(
     cfg = _config(config, db)
     params = calibration_params(concurrency, rates, {} if requests is None else {"requests_per_level": requests})
     result = run_calibration(cfg, err, params, target)
-    _print_metrics(result.metrics, title=f"calibration run {result.run.run_id} ({result.run.status})")
+    print_metrics(out, result.metrics, title=f"calibration run {result.run.run_id} ({result.run.status})")
     for problem in result.run.problems:
         err.print(f"problem: {_shown(problem)}")
     raise typer.Exit(result.run.exit_code)

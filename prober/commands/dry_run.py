@@ -19,7 +19,7 @@ import contextlib
 import datetime as dt
 import json
 import selectors
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +104,12 @@ class RecordingContext:
     async def closed_loop(self, *, concurrency: int, count: int, make_request: Callable[[int], ChatRequest],
                           case: str, labels: dict[str, Any], title: str) -> list[Exchange]:
         return [await self.send(make_request(i), case=case, labels=labels) for i in range(count)]
+
+    async def open_loop(self, *, offsets_s: Sequence[float], make_request: Callable[[int], ChatRequest],
+                        max_concurrency: int | None, case: str, labels: dict[str, Any],
+                        title: str) -> list[Exchange]:
+        # When each request would go does not change what it sends: count them in order.
+        return [await self.send(make_request(i), case=case, labels=labels) for i in range(len(offsets_s))]
 
 
 class _VirtualClock:
