@@ -21,6 +21,13 @@ ArrivalKind = Literal["constant", "poisson", "gamma"]
 ARRIVAL_KINDS: tuple[ArrivalKind, ...] = ("constant", "poisson", "gamma")
 
 
+def sorted_positive_rates(rates: list[float]) -> list[float]:
+    """The body of a `rates` parameter's validator: requests per second, each positive, sorted, once."""
+    if any(rate <= 0 for rate in rates):
+        raise ValueError("rates must be positive (requests per second)")
+    return sorted(set(rates))
+
+
 def inter_arrivals(kind: ArrivalKind, rate_rps: float, count: int, *, seed: int | str,
                    burstiness: float = 1.0) -> list[float]:
     """`count` gaps in seconds between consecutive requests."""

@@ -23,7 +23,7 @@ from pydantic import Field, field_validator
 
 from prober.core import stats
 from prober.core.records import ChatRequest, Metric, SampleRow
-from probes.arrivals import schedule
+from probes.arrivals import schedule, sorted_positive_rates
 from probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext, ProbeParams
 from probes.latency import request_itl_ms
 from probes.prompts import nonce
@@ -49,9 +49,7 @@ class CalibrationParams(ProbeParams):
     @field_validator("rates")
     @classmethod
     def _positive_rates(cls, rates: list[float]) -> list[float]:
-        if any(rate <= 0 for rate in rates):
-            raise ValueError("rates must be positive (requests per second)")
-        return sorted(set(rates))
+        return sorted_positive_rates(rates)
 
     def scenario(self) -> dict[str, Any]:
         """The emulator scenario (TOML keys) with exactly this schedule and no queueing."""

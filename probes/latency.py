@@ -20,7 +20,7 @@ from prober.core import stats
 from prober.core.declarations import Chart, MetricFamily
 from prober.core.records import ChatRequest, Metric, SampleRow, labels_key
 from probes import load
-from probes.arrivals import ARRIVAL_KINDS, ArrivalKind
+from probes.arrivals import ARRIVAL_KINDS, ArrivalKind, sorted_positive_rates
 from probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext
 from probes.prompts import filler_words, nonce
 from probes.shapes import RequestShape, RequestShapeParams
@@ -76,9 +76,7 @@ class LatencyParams(RequestShapeParams):
     @field_validator("rates")
     @classmethod
     def _positive_rates(cls, rates: list[float]) -> list[float]:
-        if any(rate <= 0 for rate in rates):
-            raise ValueError("rates must be positive (requests per second)")
-        return sorted(set(rates))
+        return sorted_positive_rates(rates)
 
     @model_validator(mode="after")
     def _open_loop_needs_rates(self) -> LatencyParams:
