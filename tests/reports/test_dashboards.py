@@ -9,13 +9,14 @@ import datetime as dt
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from reports.prometheus import exposition
 from tests.support.cli import prober
-from tests.support.report_store import EVIL_TARGET, write_cli_config
+from tests.support.report_store import EVIL_TARGET, NOW, write_cli_config
 
 DEPLOY = Path(__file__).parents[2] / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "prober.json"
@@ -49,16 +50,24 @@ def _series_named(expr: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def export(report_store):
+def timed_export(report_store):
+    """The textfile a CLI export wrote, and the wall-clock window the export ran in."""
     tmp, config, _ = report_store
     write_cli_config(tmp, config)
+    before = time.time()
     result = prober("export", "--format", "prometheus", "--out", str(tmp / "textfile"), cwd=tmp)
     assert result.returncode == 0, result.stderr
-    return (tmp / "textfile" / "prober.prom").read_text()
+    return (tmp / "textfile" / "prober.prom").read_text(), (before, time.time())
+
+
+@pytest.fixture(scope="module")
+def export(timed_export):
+    return timed_export[0]
 
 
 @pytest.mark.emulator
-def test_export_writes_alert_slo_run_status_and_age(export):
+def test_export_writes_alert_slo_run_status_and_age(timed_export):
+    export, (export_began, export_ended) = timed_export
     samples = _samples(export)
     evil = {"target": EVIL_TARGET, "suite": "nightly"}
     # the alert firing now, and the SLO rule the last complete night broke
@@ -76,7 +85,11 @@ def test_export_writes_alert_slo_run_status_and_age(export):
     exported_at = _one(samples, "prober_export_timestamp_seconds")
     finished = _one(samples, "prober_last_run_timestamp_seconds", **evil)
     assert _one(samples, "prober_last_complete_run_age_seconds", **evil) == pytest.approx(exported_at - finished)
-    assert 86_000 - 600 < exported_at - finished < 86_400     # the complete night a day ago, 5 minutes long
+    # The store's nights were written when this test session began, minutes or (in a full run) many
+    # minutes before the export: the export's clock is the export's own, the finish the stored one.
+    assert export_began - 1 <= exported_at <= export_ended + 1
+    night_began = (NOW - dt.timedelta(days=1)).timestamp()
+    assert night_began < finished <= night_began + 600       # the complete night a day ago, 5 minutes long
     # a stored None (the no-penalty baseline's penalty value) is left out, never written "None"
     assert '="None"' not in export
     baseline = [labels for n, labels, _ in samples if n == "prober_penalty_corruption_rate"
