@@ -22,7 +22,6 @@ achieved rate at least 99% of the schedule's. Exit status 1 when one is missed. 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import sys
 import tempfile
@@ -34,9 +33,8 @@ sys.path[1:1] = [str(BENCH.parent)]        # prober from this checkout, installe
 
 import machine  # noqa: E402
 import peers  # noqa: E402
-import reference_client  # noqa: E402
 import sse_server  # noqa: E402
-from ttft_overhead import FIRST_DELAY_MS, QUIET_SHARE, Child, _fmt  # noqa: E402
+from ttft_overhead import FIRST_DELAY_MS, QUIET_SHARE, Child, _fmt, start_processes  # noqa: E402
 
 DEFAULT_RATES = (200.0, 500.0, 800.0)
 SEND_LAG_P99_TARGET_MS = 2.0
@@ -85,20 +83,9 @@ def achieved_rate(sent_ns: list[int]) -> float | None:
 
 
 def run(args: argparse.Namespace, db_url: str) -> list[dict]:
-    import prober_client
-
-    ctx = multiprocessing.get_context("spawn")
-    server = Child(ctx, "sse-server", sse_server.serve, FIRST_DELAY_MS / 1e3)
-    children = [server]
+    children: list[Child] = []
     try:
-        port = server.ask(timeout=60)
-        base_url = f"http://127.0.0.1:{port}"
-        reference = Child(ctx, "reference-client", reference_client.client_process, "127.0.0.1", port)
-        tested = Child(ctx, "prober-client", prober_client.client_process, base_url, db_url, MAX_IN_FLIGHT)
-        children += [reference, tested]
-        for child in (reference, tested):
-            if child.ask(timeout=120) != "ready":
-                raise RuntimeError(f"{child.name} did not start")
+        server, reference, tested, base_url = start_processes(db_url, MAX_IN_FLIGHT, children)
         reference.ask({"concurrency": 16, "count": 64})                          # warm-up, not reported
         tested.ask({"concurrency": 16, "count": 64, "conformance": True})
         server.ask("stats")

@@ -155,22 +155,33 @@ def profiled(child: Child, message: dict, path: Path) -> dict:
     return result
 
 
-def run_phases(args: argparse.Namespace, db_url: str, profiles: list[dict]) -> list[dict]:
+def start_processes(db_url: str, max_in_flight: int,
+                    children: list[Child]) -> tuple[Child, Child, Child, str]:
+    """The loopback SSE server, the plain-asyncio reference client and prober's client, each in its
+    own spawned process and ready, and the server's base URL. Each is appended to `children` as it
+    starts, so that the caller's cleanup stops whatever did start when a later one fails."""
     import prober_client
 
     ctx = multiprocessing.get_context("spawn")
     server = Child(ctx, "sse-server", sse_server.serve, FIRST_DELAY_MS / 1e3)
-    children = [server]
+    children.append(server)
+    port = server.ask(timeout=60)
+    reference = Child(ctx, "reference-client", reference_client.client_process, "127.0.0.1", port)
+    children.append(reference)
+    base_url = f"http://127.0.0.1:{port}"
+    tested = Child(ctx, "prober-client", prober_client.client_process, base_url, db_url, max_in_flight)
+    children.append(tested)
+    for child in (reference, tested):
+        if child.ask(timeout=120) != "ready":
+            raise RuntimeError(f"{child.name} did not start")
+    return server, reference, tested, base_url
+
+
+def run_phases(args: argparse.Namespace, db_url: str, profiles: list[dict]) -> list[dict]:
+
+    children: list[Child] = []
     try:
-        port = server.ask(timeout=60)
-        base_url = f"http://127.0.0.1:{port}"
-        reference = Child(ctx, "reference-client", reference_client.client_process, "127.0.0.1", port)
-        children.append(reference)
-        tested = Child(ctx, "prober-client", prober_client.client_process, base_url, db_url, max(args.levels))
-        children.append(tested)
-        for child in (reference, tested):
-            if child.ask(timeout=120) != "ready":
-                raise RuntimeError(f"{child.name} did not start")
+        server, reference, tested, _ = start_processes(db_url, max(args.levels), children)
 
         clients = [REFERENCE] + [prober_name(mode) for mode in args.conformance]
 
