@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from prober.core.errors import ConfigError
-from prober.core.records import utcnow
+from prober.core.records import default_site, utcnow
 from store.coltypes import JSONColumn, SafeText, UTCDateTime
 from store.engine import redacted, write_transaction
 
@@ -234,6 +234,17 @@ def _m007_metric_flags(conn: sa.Connection) -> None:
     add_column(conn, "metrics", sa.Column("flags", JSONColumn()))
 
 
+def _m008_run_site_batch(conn: sa.Connection) -> None:
+    """runs.site: where the run was probed from (a latency figure from Frankfurt and one from Virginia
+    must not share a baseline); runs.batch: the scheduled night a sharded fleet run belongs to.
+    Older runs get the first label of the host that ran them, the default a new run gets."""
+    add_column(conn, "runs", sa.Column("site", sa.Text))
+    add_column(conn, "runs", sa.Column("batch", sa.Text))
+    runs = sa.table("runs", sa.column("id", sa.Text), sa.column("host", sa.Text), sa.column("site", sa.Text))
+    for run_id, host in conn.execute(sa.select(runs.c.id, runs.c.host)).all():
+        conn.execute(runs.update().where(runs.c.id == run_id).values(site=default_site(host)))
+
+
 # Append new migrations here; never edit or reorder the ones above.
 MIGRATIONS: list[Migration] = [
     _m001_initial,
@@ -243,6 +254,7 @@ MIGRATIONS: list[Migration] = [
     _m005_run_provenance,
     _m006_store_identity,
     _m007_metric_flags,
+    _m008_run_site_batch,
 ]
 
 

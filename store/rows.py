@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, cast
 
-from prober.core.records import KEPT_HEADER_PREFIXES, Metric, Run, Sample, SampleRow
+from prober.core.records import KEPT_HEADER_PREFIXES, Metric, Run, Sample, SampleRow, default_site
 from prober.core.redact import is_credential_header, redact_text, redact_value
 
 
@@ -95,6 +95,8 @@ def run_row(run: Run) -> dict[str, Any]:
         "loop_lag": run.loop_lag,
         "notes": run.notes,
         "lease_expires_at": run.lease_expires_at,
+        "site": run.site or default_site(run.host),
+        "batch": run.batch,
     })
 
 

@@ -33,6 +33,8 @@ runs = sa.Table(
     sa.Column("loop_lag", JSONColumn()),
     sa.Column("notes", JSONColumn()),
     sa.Column("lease_expires_at", UTCDateTime),
+    sa.Column("site", sa.Text),       # where it ran from (prober.toml `site`, PROBER_SITE, the host)
+    sa.Column("batch", sa.Text),      # the scheduled night a sharded fleet run belongs to
     sa.Index("ix_runs_suite_started_at", "suite", "started_at"),
 )
 

@@ -195,6 +195,15 @@ class Run:
     # The process running it renews this while it runs (prober.lease); once it has passed, the run
     # is stale on whichever host looks.
     lease_expires_at: dt.datetime | None = None
+    # Where the run probed from: baselines, drift and SLOs group by (target, site).
+    site: str = ""
+    # The scheduled night this run belongs to when a fleet is split into shards (`--batch`).
+    batch: str | None = None
+
+
+def default_site(host: str) -> str:
+    """The site a run gets when none is configured: the first label of the host name."""
+    return host.split(".", 1)[0] or host
 
 
 def utcnow() -> dt.datetime:

@@ -24,7 +24,7 @@ SAMPLE_COLUMNS = [
     "service_tier", "entry",
 ]
 RUN_COLUMNS = ["id", "suite", "started_at", "finished_at", "status", "prober_version", "config_hash", "host", "pid",
-               "targets", "loop_lag", "notes", "lease_expires_at"]
+               "targets", "loop_lag", "notes", "lease_expires_at", "site", "batch"]
 METRIC_COLUMNS = ["id", "run_id", "target", "probe", "name", "labels", "value", "ci_low", "ci_high", "n", "unit",
                   "entry", "flags"]
 
@@ -58,7 +58,8 @@ def test_new_database_gets_the_whole_schema(store_url):
         assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial"), (2, "m002_alerts"),
                                                                (3, "m003_sample_service_tier"), (4, "m004_run_lease"),
                                                                (5, "m005_run_provenance"), (6, "m006_store_identity"),
-                                                               (7, "m007_metric_flags")]
+                                                               (7, "m007_metric_flags"),
+                                                               (8, "m008_run_site_batch")]
         assert schema_version(engine) == len(MIGRATIONS)
     finally:
         engine.dispose()
@@ -171,3 +172,19 @@ def test_a_failing_migration_leaves_the_previous_version(store_url):
         assert "half_done" not in _columns(engine, "samples")   # DDL rolled back with the transaction
     finally:
         engine.dispose()
+
+
+def test_runs_of_a_version_7_database_get_their_host_as_site(store_url):
+    """A store upgraded to sites keeps old runs in the baseline a new run from the same host joins."""
+    engine = open_engine(store_url)
+    try:
+        migrate(engine, upto=7)
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO runs (id, suite, started_at, status, prober_version, config_hash, "
+                                 "host, pid) VALUES ('r1', 'latency', '2026-01-01 00:00:00', 'complete', '0', "
+                                 "'h', 'probe-7.fra.example.net', 1)"))
+    finally:
+        engine.dispose()
+    with Store.open(store_url) as upgraded:
+        run = upgraded.get_run("r1")
+    assert run is not None and run["site"] == "probe-7" and run["batch"] is None
