@@ -2,7 +2,8 @@
 # System packages the tests need, installed only when missing: PostgreSQL's server binaries and
 # Prometheus Alertmanager (the tests start their own throwaway instances; the Debian services are
 # not used), promtool (from the prometheus package) to check the Prometheus export, and Chromium to
-# load the HTML report headless, and tinyproxy to test requests sent through an HTTP proxy.
+# load the HTML report headless, tinyproxy to test requests sent through an HTTP proxy, and buildah
+# with mmdebstrap (and curl) to build the image from a local Debian base (scripts/build-image.sh).
 set -euo pipefail
 
 missing=()
@@ -11,5 +12,8 @@ command -v prometheus-alertmanager > /dev/null || missing+=(prometheus-alertmana
 command -v promtool > /dev/null || missing+=(prometheus)
 command -v chromium > /dev/null || missing+=(chromium)
 command -v tinyproxy > /dev/null || missing+=(tinyproxy)
+command -v buildah > /dev/null || missing+=(buildah)
+command -v mmdebstrap > /dev/null || missing+=(mmdebstrap)
+command -v curl > /dev/null || missing+=(curl)
 
 exec bash "$(dirname "$0")/apt-install-missing.sh" "${missing[@]}"
