@@ -316,10 +316,10 @@ def history(
         store.close()
     # 80 columns: a column whose value is the same on every row (one target, one suite) moves into
     # the title; words wrap, and the interval wraps at its " .. ".
-    headers = {"suite": "suite", "target": "target", "unit": "unit", "run_status": "run status"}
+    headers = {"suite": "suite", "target": "target", "run_site": "site", "unit": "unit", "run_status": "run status"}
     constant = {key: rows[0][key] for key in headers if len({r[key] for r in rows}) == 1}
     title = ", ".join([_shown(metric), *(f"{headers[k]} {_shown(v)}" for k, v in constant.items() if v)])
-    before = [key for key in ("suite", "target") if key not in constant]
+    before = [key for key in ("suite", "target", "run_site") if key not in constant]
     after = [key for key in ("unit", "run_status") if key not in constant]
     table = Table(Column("run started (UTC)", no_wrap=True), Column("run", no_wrap=True),
                   *(text_column(headers[key]) for key in before), text_column("labels"),

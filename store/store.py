@@ -469,8 +469,8 @@ class Store:
 
     def sample_history(self, *, since: dt.datetime | None = None, target: str | None = None,
                        suite: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
-        """Sample rows across runs, oldest run first, each with its run's `suite`."""
-        query = (sa.select(samples, runs.c.suite)
+        """Sample rows across runs, oldest run first, each with its run's `suite` and `run_site`."""
+        query = (sa.select(samples, runs.c.suite, runs.c.site.label("run_site"))
                  .join(runs, runs.c.id == samples.c.run_id)
                  .order_by(runs.c.started_at, runs.c.id, samples.c.id))
         query = _across_runs(query, samples, since, target, suite, run_id, None)

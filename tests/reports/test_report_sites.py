@@ -12,6 +12,7 @@ from prober.core.config import SloRule
 from reports.collect import collect
 from reports.html import render_html
 from reports.markdown import render_markdown
+from reports.prometheus import describe, exposition, recent_runs
 from store import Store
 from tests.support.history import add_run
 
@@ -45,3 +46,18 @@ def test_sections_per_site_side_by_side_with_their_own_values(tmp_path):
     assert '<h2>emu / latency <span class="site">from iad</span></h2>' in page
     markdown = render_markdown(report)
     assert markdown.index("## emu / latency (site fra)") < markdown.index("## emu / latency (site iad)")
+
+
+def test_the_prometheus_textfile_has_the_latest_run_of_every_site(tmp_path):
+    with Store.open(f"sqlite:///{tmp_path / 'p.db'}") as store:
+        for night in range(2):
+            _night(store, f"fra{night}", 2 * night, "fra", 100 + night)
+            _night(store, f"iad{night}", 2 * night + 1, "iad", 300 + night)
+        text = exposition(store.metric_history(), runs=recent_runs(store))
+        shown = describe(store.metric_history())
+    gauges = re.findall(r'^prober_latency_ttft_p50_seconds\{(.*)\} (\S+)$', text, re.MULTILINE)
+    assert sorted(gauges) == [('concurrency="4",site="fra",suite="latency",target="emu"', "0.101"),
+                              ('concurrency="4",site="iad",suite="latency",target="emu"', "0.301")]
+    complete = re.findall(r'^prober_run_status\{site="(\w+)",status="complete".*\} 1\.0$', text, re.MULTILINE)
+    assert sorted(complete) == ["fra", "iad"]
+    assert shown == "emu / latency from fra: run fra1; emu / latency from iad: run iad1"
