@@ -64,10 +64,10 @@ def shard_selection(config: ProberConfig, target_names: list[str] | None, shard:
     """The targets a `--shard I/N` process runs (prober/core/shards.py): its slice of the targets
     named, or of every configured target; the names unchanged without --shard. Every name is
     checked first, so an unknown target is an error on every shard, not only on its own."""
-    if shard is None:
-        return target_names
-    index, count = parse_shard(shard)
+    index, count = parse_shard(shard) if shard is not None else (0, 1)
     names = target_names or list(config.targets)
+    if shard is None or not names:   # no targets at all: the run says so (prepare)
+        return target_names
     for name in names:
         config.target(name)
     return shard_targets(names, index, count)
