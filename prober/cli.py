@@ -103,6 +103,12 @@ def run(
     db: DbOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print per target the requests, tokens and (with "
                                           "pricing) cost the run would send; send and write nothing")] = False,
+    shard: Annotated[str | None, typer.Option("--shard", help="I/N: run only the I-th of N slices of the "
+                                              "targets (I from 0, as JOB_COMPLETION_INDEX; sorted by name, "
+                                              "dealt round-robin)")] = None,
+    batch: Annotated[str | None, typer.Option("--batch", help="the scheduled night this run belongs to "
+                                              "(default: $PROBER_BATCH); `prober report --batch` shows "
+                                              "all its runs")] = None,
 ) -> None:
     """Run a suite against targets and store every sample.
 
@@ -111,16 +117,21 @@ def run(
     Exit codes: 0 all SLOs held; 1 an SLO broke or drift was detected; 2 usage or configuration
     error; 3 the run could not complete (unreachable endpoint, error ceiling, budget, interrupted).
     """
+    from prober.commands.run import run_and_judge, run_batch, shard_selection
+
     cfg = _config(config, db)
     overrides = dict(_parse_param(p) for p in (param or []))
+    batch_id = run_batch(batch)
+    names = shard_selection(cfg, target or None, shard)
+    if names == []:
+        err.print(f"shard {_shown(shard)}: no target falls to this shard (fewer targets than shards); nothing to run")
+        raise typer.Exit(0)
     if dry_run:
         from prober.commands.dry_run import plan_run, show_plan
 
-        show_plan(out, cfg, *plan_run(cfg, suite, target or None, overrides))
+        show_plan(out, cfg, *plan_run(cfg, suite, names, overrides))
         raise typer.Exit(0)
-    from prober.commands.run import run_and_judge
-
-    result = run_and_judge(cfg, err, suite, target or None, overrides)
+    result = run_and_judge(cfg, err, suite, names, overrides, batch=batch_id)
     print_metrics(out, result.metrics, title=f"run {result.run_id} ({result.status})")
     for problem in result.problems:
         err.print(f"problem: {_shown(problem)}")
@@ -135,7 +146,8 @@ def run(
         err.print(_shown(line))
     for line in target_lines(result.targets, result.slo_states):
         out.print(_shown(line))
-    err.print(f"{result.samples} samples stored in {_url_shown(cfg.store.url)}; run id {result.run_id}")
+    err.print(f"{result.samples} samples stored in {_url_shown(cfg.store.url)}; run id {result.run_id}; "
+              f"{len(result.metrics)} metrics")
     raise typer.Exit(result.exit_code)
 
 
@@ -175,26 +187,30 @@ def targets(config: ConfigOption = None) -> None:
 def runs(
     limit: Annotated[int, typer.Option(help="how many runs")] = 20,
     suite: Annotated[str | None, typer.Option(help="only this suite")] = None,
+    site: Annotated[str | None, typer.Option(help="only runs probed from this site")] = None,
+    batch: Annotated[str | None, typer.Option(help="only runs of this batch (`prober run --batch`)")] = None,
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
-    """List recent runs with their status and sample counts.
+    """List recent runs with their site, status and sample counts.
 
-    Example: prober runs --limit 5
+    Example: prober runs --limit 5 --site fra
     """
     cfg = _config(config, db)
     store = open_store(cfg.store.url, err)
     try:
-        rows = store.list_runs(limit=limit, suite=suite)
+        rows = store.list_runs(limit=limit, suite=suite, site=site, batch=batch)
     finally:
         store.close()
     from reports.run_lines import target_status_text
 
     # fits 80 columns: ids, times and counts whole, the words (suite, status, reasons) wrapped
-    table = Table(Column("run", no_wrap=True), text_column("suite"), Column("started (UTC)", no_wrap=True),
+    table = Table(Column("run", no_wrap=True), text_column("suite"), text_column("site"),
+                  Column("started (UTC)", no_wrap=True),
                   Column("status", no_wrap=True), value_column("samples\n(errors)"), text_column("targets"))
     for r in rows:
-        table.add_row(_shown(r["id"]), _shown(r["suite"]), r["started_at"].strftime("%Y-%m-%d %H:%M"),
+        table.add_row(_shown(r["id"]), _shown(r["suite"]), _shown(r.get("site") or ""),
+                      r["started_at"].strftime("%Y-%m-%d %H:%M"),
                       _shown(r["status"]), f"{r.get('sample_count', 0)} ({r.get('error_count', 0)})",
                       _shown(target_status_text(r)))
     out.print(table)
@@ -225,8 +241,11 @@ SinceOption = Annotated[str | None, typer.Option("--since", help="runs started w
 
 @app.command()
 def report(
-    since: SinceOption = "30d",
+    since: Annotated[str | None, typer.Option("--since", help="runs started within this period (30d, 12h, "
+                     "2w, 90m) or since a date (2026-01-31); default 30d, or any time with --batch")] = None,
     target: Annotated[str | None, typer.Option("--target", "-t", help="only this target")] = None,
+    batch: Annotated[str | None, typer.Option("--batch", help="only the runs of this batch: one scheduled night "
+                                              "of the whole fleet, every site and shard")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="html, md or json")] = "html",
     out_dir: Annotated[Path, typer.Option("--out", help="directory to write the report into")] = Path("prober-reports"),
     config: ConfigOption = None,
@@ -238,6 +257,7 @@ def report(
     line printed is the path of the index or the file.
 
     Example: prober report --since 30d --format html --out /var/www/prober
+    (or: prober report --batch 2026-12-01 --format md, the whole fleet's night)
     """
     from prober.alerting.verdicts import ReportVerdicts
     from reports.collect import collect, parse_since
@@ -247,12 +267,16 @@ def report(
     if fmt not in RENDERERS:
         raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(RENDERERS)}")
     cfg = _config(config, db)
-    start = parse_since(since)
+    start = parse_since(since if since is not None or batch is not None else "30d")
     verdicts = ReportVerdicts(cfg.slo, cfg.drift)
     store = open_store(cfg.store.url, err)
     try:
         require_known_target(store, cfg, target)
-        collected = collect(store, verdicts, start, target)
+        if batch is not None and not store.list_runs(limit=1, batch=batch):
+            from store.engine import redacted
+
+            raise ConfigError(f"--batch {batch!r}: no run of this batch in {redacted(cfg.store.url)}")
+        collected = collect(store, verdicts, start, target, batch=batch)
         path = write_site(store, verdicts, collected, out_dir) if fmt == "html" else None
     finally:
         store.close()
@@ -292,10 +316,10 @@ def history(
         store.close()
     # 80 columns: a column whose value is the same on every row (one target, one suite) moves into
     # the title; words wrap, and the interval wraps at its " .. ".
-    headers = {"suite": "suite", "target": "target", "unit": "unit", "run_status": "run status"}
+    headers = {"suite": "suite", "target": "target", "run_site": "site", "unit": "unit", "run_status": "run status"}
     constant = {key: rows[0][key] for key in headers if len({r[key] for r in rows}) == 1}
     title = ", ".join([_shown(metric), *(f"{headers[k]} {_shown(v)}" for k, v in constant.items() if v)])
-    before = [key for key in ("suite", "target") if key not in constant]
+    before = [key for key in ("suite", "target", "run_site") if key not in constant]
     after = [key for key in ("unit", "run_status") if key not in constant]
     table = Table(Column("run started (UTC)", no_wrap=True), Column("run", no_wrap=True),
                   *(text_column(headers[key]) for key in before), text_column("labels"),
@@ -320,6 +344,8 @@ def compare(
     until: Annotated[str | None, typer.Option("--until", help="with one --target: A is --since to this, "
                                                  "B this to now")] = None,
     suite: Annotated[str | None, typer.Option("--suite", "-s", help="only runs of this suite")] = None,
+    site: Annotated[list[str] | None, typer.Option("--site", help="windows: only runs from this site; twice "
+                                                   "with one --target: site A against site B")] = None,
     metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="only this metric; repeatable")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, markdown, json or html")] = "table",
     out_path: Annotated[Path | None, typer.Option("--out", help="write to this file")] = None,
@@ -335,7 +361,7 @@ def compare(
     from prober.commands.compare import compare_command
 
     compare_command(_config(config, db), out, err, _shown, runs or [], target or [], since, until, suite, fmt,
-                    out_path, metric or [])
+                    out_path, metric or [], site or [])
 
 
 @app.command()

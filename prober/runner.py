@@ -81,6 +81,7 @@ def prepare(config: ProberConfig, suite_name: str, target_names: list[str] | Non
     keys = {t.name: t.api_key(config.source) for t in targets}
     for t in targets:
         t.env_headers(config.source)   # an unset variable is a usage error now, not mid-run
+    config.run_site(socket.gethostname())   # so is a bad PROBER_SITE
     register_config(config)            # every secret it names is masked in what the run stores or prints
     return suite, targets, keys
 
@@ -105,9 +106,10 @@ def quiet_garbage_collector() -> Iterator[None]:
 
 
 class Runner:
-    def __init__(self, config: ProberConfig, console: Console | None = None) -> None:
+    def __init__(self, config: ProberConfig, console: Console | None = None, batch: str | None = None) -> None:
         self.config = config
         self.console = console or Console(stderr=True)
+        self.batch = batch   # the scheduled night this run belongs to (`prober run --batch`)
 
     def run(self, suite_name: str, target_names: list[str] | None = None,
             overrides: dict[str, Any] | None = None) -> RunResult:
@@ -128,10 +130,12 @@ class Runner:
 
     async def _main(self, store: Store, suite: Suite, targets: list[TargetConfig],
                     keys: dict[str, str | None]) -> RunResult:
+        host = socket.gethostname()
         run = Run(id=uuid.uuid4().hex[:12], suite=suite.name, started_at=utcnow(),
                   prober_version=prober.__version__, config_hash=self.config.hash(),
-                  host=socket.gethostname(), pid=os.getpid(), targets=[t.name for t in targets],
-                  lease_expires_at=lease_until(self.config.runner.lease_seconds))
+                  host=host, pid=os.getpid(), targets=[t.name for t in targets],
+                  lease_expires_at=lease_until(self.config.runner.lease_seconds),
+                  site=self.config.run_site(host), batch=self.batch)
         store.create_run(run)
         store.reserve_room_for_final_write()
         lease = RunLease.start(store, run.id, self.config.runner.lease_seconds, self.console)
@@ -139,7 +143,9 @@ class Runner:
         for target in targets:
             store.start_target(run.id, target.name, target_config_hash(target), entries)
         result = RunResult(run_id=run.id, status="running", exit_code=EXIT_OK)
-        self.console.print(f"run {run.id}: suite {suite.name} against {', '.join(run.targets)}", markup=False)
+        batch = f", batch {run.batch}" if run.batch else ""
+        self.console.print(f"run {run.id}: suite {suite.name} against {', '.join(run.targets)} from site {run.site}"
+                           f"{batch}", markup=False)
 
         main_task = asyncio.current_task()
         loop = asyncio.get_running_loop()

@@ -125,6 +125,8 @@ class FiringAlert:
     suite: str = ""
     # the `Section.anchor` of its target and suite in the full report; "" when it has no section
     anchor: str = ""
+    # the site of the run that judged it ("" for an alert stored before sites were)
+    site: str = ""
 
 
 @dataclass
@@ -140,7 +142,8 @@ class ProbeSection:
 
 @dataclass
 class Section:
-    """One target and suite."""
+    """One target and suite, as probed from one site (the sections of one target and suite from
+    several sites follow each other, in site order)."""
 
     target: str
     suite: str
@@ -152,8 +155,10 @@ class Section:
     # "baseline reset: ..." lines for entries that no earlier run is comparable with.
     provenance: list[str] = field(default_factory=list)
     baseline_resets: list[str] = field(default_factory=list)
-    # a stable fragment id, "<target>-<suite>" slugged (see `anchors`)
+    # a stable fragment id, "<target>-<suite>" slugged, "<target>-<suite>-<site>" where the report
+    # has that target and suite from more than one site (see `anchors`)
     anchor: str = ""
+    site: str = ""
 
     @property
     def slo_results(self) -> list[tuple[LatestMetric, SloResult]]:
@@ -171,6 +176,8 @@ class Report:
     firing: list[FiringAlert] = field(default_factory=list)
     # the run a run page is about (collect(run_id=...)); None for the report over the window
     run: RunInfo | None = None
+    # the scheduled night the report is about (`prober report --batch`): all its runs, every site
+    batch: str | None = None
 
 
 def _series_key(row: dict[str, Any]) -> tuple[str, str, str]:
@@ -192,13 +199,14 @@ def slug(text: str) -> str:
     return _SLUG_UNSAFE.sub("-", text.lower()).strip("-")
 
 
-def anchors(keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
-    """(target, suite) -> "<target>-<suite>" slugged; two keys that slug alike (`a.b` and `a-b`)
-    get -2, -3 in sorted order, so each anchor stays the same from one report to the next."""
-    taken: dict[tuple[str, str], str] = {}
+def anchors(keys: Sequence[tuple[str, ...]]) -> dict[tuple[str, ...], str]:
+    """(target, suite) or (target, suite, site) -> the parts joined by dashes, slugged; two keys
+    that slug alike (`a.b` and `a-b`) get -2, -3 in sorted order, so each anchor stays the same
+    from one report to the next."""
+    taken: dict[tuple[str, ...], str] = {}
     used: set[str] = set()
     for key in sorted(keys):
-        base = slug(f"{key[0]}-{key[1]}") or "section"
+        base = slug("-".join(key)) or "section"
         anchor, n = base, 1
         while anchor in used:
             n += 1
@@ -284,42 +292,60 @@ def _section(store: Store, verdicts: Verdicts, target: str, suite: str, rows: li
                    provenance=provenance, baseline_resets=resets)
 
 
+def _anchor_keys(keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], tuple[str, ...]]:
+    """(target, suite, site) -> what its anchor is made of: (target, suite) while the report has
+    that target and suite from one site only, so that a single-site store keeps its anchors."""
+    sites: dict[tuple[str, str], int] = defaultdict(int)
+    for target, suite, _ in keys:
+        sites[(target, suite)] += 1
+    return {key: key if sites[key[:2]] > 1 else key[:2] for key in keys}
+
+
 def collect(store: Store, verdicts: Verdicts, since: dt.datetime | None = None,
-            target: str | None = None, run_id: str | None = None) -> Report:
-    """The report over the runs started since `since` (all runs when None), for one target or all.
+            target: str | None = None, run_id: str | None = None, batch: str | None = None) -> Report:
+    """The report over the runs started since `since` (all runs when None), for one target or all,
+    a section per target, suite and site; with `batch`, over that batch's runs only.
 
     With `run_id`, the page of that run: a section per target it stored metrics for, with that run
     as the latest and the history up to it (ConfigError when there is no such run)."""
     run: RunInfo | None = None
     suite: str | None = None
+    site: str | None = None
     if run_id is not None:
         found = store.get_run(run_id)
         if found is None:
             raise ConfigError(f"no run with id {run_id!r}")
-        run, suite = RunInfo(found["id"], found["started_at"], found["status"]), found["suite"]
-    grouped: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for row in store.metric_history(since=since, target=target, suite=suite):
+        run, suite, site = RunInfo(found["id"], found["started_at"], found["status"]), found["suite"], found["site"]
+    grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in store.metric_history(since=since, target=target, suite=suite, site=site, batch=batch):
         if run is None or row["run_started_at"] <= run.started_at:
-            grouped[(row["target"], row["suite"])].append(row)
+            grouped[(row["target"], row["suite"], row["run_site"] or "")].append(row)
     if run is not None:
         grouped = defaultdict(list, {key: rows for key, rows in grouped.items()
                                      if any(row["run_id"] == run.id for row in rows)})
-    names = anchors(list(grouped))
-    firing: dict[tuple[str, str], list[FiringAlert]] = defaultdict(list)
+    anchor_keys = _anchor_keys(list(grouped))
+    names = anchors(list(anchor_keys.values()))
+    firing: dict[tuple[str, str, str], list[FiringAlert]] = defaultdict(list)
     every_firing = []
     for alert in store.alerts(state="firing"):
         if target is not None and alert["target"] != target:
             continue
-        key = (alert["target"], alert["suite"])
+        alert_site = (alert.get("detail") or {}).get("site") or ""
+        # an alert stored before sites were belongs to its target and suite from every site
+        keys = [key for key in grouped if key[:2] == (alert["target"], alert["suite"])
+                and alert_site in ("", key[2])]
         shown = FiringAlert(alert["name"], alert["kind"], alert["severity"], alert["metric"],
                             alert.get("labels") or {}, alert["summary"], alert.get("fired_at"),
-                            target=alert["target"], suite=alert["suite"], anchor=names.get(key, ""))
-        firing[key].append(shown)
+                            target=alert["target"], suite=alert["suite"],
+                            anchor=names[anchor_keys[keys[0]]] if keys else "", site=alert_site)
+        for key in keys:
+            firing[key].append(shown)
         every_firing.append(shown)
-    sections = [_section(store, verdicts, target_name, suite_name, rows, firing[(target_name, suite_name)],
-                         latest_id=run.id if run is not None else None)
-                for (target_name, suite_name), rows in sorted(grouped.items())]
-    for section in sections:
-        section.anchor = names[(section.target, section.suite)]
+    sections = []
+    for key, rows in sorted(grouped.items()):
+        section = _section(store, verdicts, key[0], key[1], rows, firing[key],
+                           latest_id=run.id if run is not None else None)
+        section.site, section.anchor = key[2], names[anchor_keys[key]]
+        sections.append(section)
     return Report(generated_at=utcnow(), since=since, target=target, store_url=store.url, sections=sections,
-                  firing=every_firing, run=run)
+                  firing=every_firing, run=run, batch=batch)

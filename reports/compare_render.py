@@ -62,13 +62,15 @@ def side_text(side: Side) -> str:
     if not side.runs:
         return f"{side.name}: no runs"
     first, last = side.runs[-1]["started_at"], side.runs[0]["started_at"]
+    sites = ", ".join(sorted({run["site"] for run in side.runs if run.get("site")}))
+    site = f", site {sites}" if sites else ""
     if len(side.runs) == 1:
         run = side.runs[0]
         targets = [side.target] if side.target else run.get("targets") or []
         return (f"{side.name}: run {run['id']} ({run['suite']}, {_utc(first)}, {run['status']}), "
-                f"target{'s' if len(targets) > 1 else ''} {', '.join(targets) or '-'}")
+                f"target{'s' if len(targets) > 1 else ''} {', '.join(targets) or '-'}{site}")
     target = f", target {side.target}" if side.target else ""
-    return f"{side.name}: {len(side.runs)} runs{target}, {_utc(first)} .. {_utc(last)}"
+    return f"{side.name}: {len(side.runs)} runs{target}{site}, {_utc(first)} .. {_utc(last)}"
 
 
 def legend_lines(comparison: Comparison) -> list[str]:

@@ -98,7 +98,8 @@ def _not_complete(section: Section) -> str:
 
 def _section(section: Section) -> list[str]:
     latest = section.latest_run
-    lines = [f"## {text(section.target)} / {text(section.suite)}", "",
+    site = f" (site {text(section.site)})" if section.site else ""
+    lines = [f"## {text(section.target)} / {text(section.suite)}{site}", "",
              f"Latest run `{latest.id}` started {_utc(latest.started_at)}, status {latest.status}; "
              f"{len(section.runs)} run(s) in the window{_not_complete(section)}.", ""]
     if section.provenance:
@@ -142,7 +143,8 @@ def render_markdown(report: Report) -> str:
     window = f"since {_utc(report.since)}" if report.since else "at any time"
     lines = ["# prober report", "",
              f"Generated {_utc(report.generated_at)} from {text(report.store_url)}; runs started {window}"
-             + (f", target {text(report.target)}" if report.target else "") + ".", ""]
+             + (f", target {text(report.target)}" if report.target else "")
+             + (f", batch {text(report.batch)} (every site and shard)" if report.batch else "") + ".", ""]
     if not report.sections:
         lines += ["No metrics in this window.", ""]
     for section in report.sections:

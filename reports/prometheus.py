@@ -1,8 +1,8 @@
-"""`prober export --format prometheus`: the latest complete run of every target and suite as a
-file for node_exporter's textfile collector (Prometheus text exposition format 0.0.4).
+"""`prober export --format prometheus`: the latest complete run of every target and suite, from
+each site, as a file for node_exporter's textfile collector (Prometheus text exposition format 0.0.4).
 
-Each metric becomes a gauge `prober_<probe>_<name>` with the labels target, suite and the metric's
-own labels; Wilson/percentile bounds become `..._ci_low` and `..._ci_high` gauges. Names follow
+Each metric becomes a gauge `prober_<probe>_<name>` with the labels target, suite, site and the
+metric's own labels; Wilson/percentile bounds become `..._ci_low` and `..._ci_high` gauges. Names follow
 Prometheus conventions so that `promtool check metrics` has nothing to say: milliseconds become
 seconds, and the suffixes reserved for counters, histograms and summaries (`_total`, `_count`,
 `_sum`, `_bucket`) are dropped or reworded. `prober_last_run_timestamp_seconds`
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 _INVALID_NAME = re.compile(r"[^a-zA-Z0-9_:]")
 _INVALID_LABEL = re.compile(r"[^a-zA-Z0-9_]")
-_RESERVED_LABELS = frozenset({"target", "suite", "job", "instance"})
+_RESERVED_LABELS = frozenset({"target", "suite", "site", "job", "instance"})
 # unit column -> (factor to the base unit, name suffixes meaning the old unit, base-unit suffix)
 _UNITS = {"ms": (0.001, ("_ms",), "_seconds"), "s": (1.0, ("_s", "_secs"), "_seconds")}
 # Name parts `promtool check metrics` takes for abbreviated units: such a part gets an "x"
@@ -112,12 +112,26 @@ def recent_runs(store: Store, *, since: dt.datetime | None = None, run_id: str |
             if (since is None or run["started_at"] >= since) and (run_id is None or run["id"] == run_id)]
 
 
-def latest_complete_runs(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], str]:
-    """(target, suite) -> id of its newest complete run, from metric_history rows (oldest first)."""
-    latest: dict[tuple[str, str], str] = {}
+# (target, suite, site): what a latest run is the latest of; two sites' runs never hide each other.
+Key = tuple[str, str, str]
+
+
+def _key(row: dict[str, Any]) -> Key:
+    """The key of a metric_history row."""
+    return row["target"], row["suite"], row.get("run_site") or ""
+
+
+def _key_labels(key: Key) -> dict[str, str]:
+    target, suite, site = key
+    return {"target": target, "suite": suite, **({"site": site} if site else {})}
+
+
+def latest_complete_runs(rows: Iterable[dict[str, Any]]) -> dict[Key, str]:
+    """(target, suite, site) -> id of its newest complete run, from metric_history rows (oldest first)."""
+    latest: dict[Key, str] = {}
     for row in rows:
         if row["run_status"] == "complete":
-            latest[(row["target"], row["suite"])] = row["run_id"]
+            latest[_key(row)] = row["run_id"]
     return latest
 
 
@@ -150,15 +164,15 @@ class _Families:
         return "\n".join(lines) + "\n" if lines else ""
 
 
-def _metric_families(out: _Families, rows: list[dict[str, Any]], latest: dict[tuple[str, str], str]) -> None:
+def _metric_families(out: _Families, rows: list[dict[str, Any]], latest: dict[Key, str]) -> None:
     for row in rows:
-        if latest.get((row["target"], row["suite"])) != row["run_id"]:
+        if latest.get(_key(row)) != row["run_id"]:
             continue
         value = row.get("value")
         if value is None or not math.isfinite(value):
             continue
         name, factor = gauge_name(row["probe"], row["name"], row.get("unit"))
-        labels = {"target": row["target"], "suite": row["suite"], **metric_labels(row.get("labels"))}
+        labels = {**_key_labels(_key(row)), **metric_labels(row.get("labels"))}
         what = f"prober {row['probe']} metric {row['name']}" + (f" ({row['unit']})" if row.get("unit") else "")
         out.add(name, what, labels, value * factor)
         for bound in ("ci_low", "ci_high"):
@@ -167,43 +181,45 @@ def _metric_families(out: _Families, rows: list[dict[str, Any]], latest: dict[tu
                         row[bound] * factor)
 
 
-def _run_families(out: _Families, rows: list[dict[str, Any]], latest: dict[tuple[str, str], str],
+def _run_families(out: _Families, rows: list[dict[str, Any]], latest: dict[Key, str],
                   runs: Sequence[dict[str, Any]], now: dt.datetime) -> None:
-    finished: dict[tuple[str, str], dt.datetime] = {}
+    finished: dict[Key, dt.datetime] = {}
     for row in rows:
-        if latest.get((row["target"], row["suite"])) == row["run_id"]:
-            finished[(row["target"], row["suite"])] = row["run_finished_at"] or row["run_started_at"]
-    for (target, suite), when in finished.items():
+        if latest.get(_key(row)) == row["run_id"]:
+            finished[_key(row)] = row["run_finished_at"] or row["run_started_at"]
+    for key, when in finished.items():
         out.add("prober_last_run_timestamp_seconds", "when the latest complete run of this target and suite finished",
-                {"target": target, "suite": suite}, when.timestamp())
+                _key_labels(key), when.timestamp())
         out.add("prober_last_complete_run_age_seconds", "seconds from the latest complete run of this target and "
                 "suite finishing to this export (prober_export_timestamp_seconds)",
-                {"target": target, "suite": suite}, max(0.0, (now - when).total_seconds()))
-    newest: dict[tuple[str, str], str] = {}
+                _key_labels(key), max(0.0, (now - when).total_seconds()))
+    newest: dict[Key, str] = {}
     for run in sorted(runs, key=lambda r: r["started_at"]):     # the newest run of each target wins
         for target, (status, _) in target_states(run).items():
-            newest[(target, run["suite"])] = status
-    for (target, suite), status in newest.items():
+            newest[(target, run["suite"], run.get("site") or "")] = status
+    for key, status in newest.items():
         for known in dict.fromkeys([*RUN_STATUSES, status]):
             out.add("prober_run_status", "1 for the status of the latest run of this target and suite, else 0",
-                    {"target": target, "suite": suite, "status": known}, float(known == status))
+                    {**_key_labels(key), "status": known}, float(known == status))
 
 
 def _alert_families(out: _Families, alerts: Sequence[dict[str, Any]]) -> None:
     for alert in alerts:
-        labels = {"target": alert["target"], "suite": alert["suite"], "alert": alert["name"], "kind": alert["kind"],
-                  "severity": alert["severity"], "metric": alert["metric"],
+        site = (alert.get("detail") or {}).get("site") or ""
+        labels = {**_key_labels((alert["target"], alert["suite"], site)), "alert": alert["name"],
+                  "kind": alert["kind"], "severity": alert["severity"], "metric": alert["metric"],
                   "metric_labels": _labels_text(alert.get("labels"))}
         out.add("prober_alert_firing", "1 while this prober alert fires, 0 when it is pending or resolved",
                 labels, float(alert["state"] == "firing"))
 
 
-def _slo_families(out: _Families, rows: list[dict[str, Any]], latest: dict[tuple[str, str], str],
+def _slo_families(out: _Families, rows: list[dict[str, Any]], latest: dict[Key, str],
                   verdicts: Verdicts) -> None:
-    for (target, suite), run_id in latest.items():
+    for key, run_id in latest.items():
+        target, suite, _ = key
         run_rows = [row for row in rows if row["run_id"] == run_id and row["target"] == target]
         for check in verdicts.slo_checks(run_rows, {"id": run_id, "suite": suite}):
-            labels = {"target": target, "suite": suite, "slo": check.rule.name, "severity": check.rule.severity,
+            labels = {**_key_labels(key), "slo": check.rule.name, "severity": check.rule.severity,
                       "metric": check.metric["name"], "metric_labels": _labels_text(check.metric.get("labels"))}
             out.add("prober_slo_broken", "1 when the SLO rule is broken by the latest complete run, 0 when it holds",
                     labels, float(check.broken))
@@ -232,6 +248,6 @@ def exposition(rows: list[dict[str, Any]], *, runs: Sequence[dict[str, Any]] = (
 def describe(rows: list[dict[str, Any]]) -> str:
     """One line naming the runs exported, for the CLI."""
     latest = latest_complete_runs(rows)
-    return "; ".join(f"{target} / {suite}: run {run_id}" for (target, suite), run_id in sorted(latest.items())) \
-        or "no complete run"
+    return "; ".join(f"{target} / {suite}{f' from {site}' if site else ''}: run {run_id}"
+                     for (target, suite, site), run_id in sorted(latest.items())) or "no complete run"
 

@@ -35,7 +35,9 @@ def target_states(run: dict[str, Any]) -> dict[str, tuple[str, str]]:
 def provenance_lines(run: dict[str, Any], entries: Sequence[dict[str, Any]]) -> list[str]:
     """What the run measured: prober's version, and per target its status, reason, config hash and
     each suite entry's probe version and effective parameters."""
-    lines = [f"prober {run['prober_version']}, config {run['config_hash']}, host {run['host']}"]
+    where = f", site {run['site']}" if run.get("site") else ""
+    batch = f", batch {run['batch']}" if run.get("batch") else ""
+    lines = [f"prober {run['prober_version']}, config {run['config_hash']}, host {run['host']}{where}{batch}"]
     recorded = run.get("target_status") or {}
     for target in recorded or run.get("targets") or []:
         state = recorded.get(target)

@@ -35,6 +35,7 @@ class IndexRun:
     reason: str
     page: str
     firing: list[FiringAlert]
+    site: str = ""
 
 
 @dataclass
@@ -44,17 +45,22 @@ class SiteIndex:
     store_url: str
     # target -> its runs, newest first
     targets: dict[str, list[IndexRun]] = field(default_factory=dict)
+    batch: str | None = None
 
 
 def site_index(report: Report, runs: list[dict[str, Any]]) -> SiteIndex:
-    index = SiteIndex(report.generated_at, report.since, report.store_url)
+    index = SiteIndex(report.generated_at, report.since, report.store_url, batch=report.batch)
+    shown: set[tuple[str, str, str]] = set()   # an alert firing now is shown on the newest run it judges
     for run in runs:
         for target, (status, reason) in target_states(run).items():
             if report.target is not None and target != report.target:
                 continue
-            firing = [a for a in report.firing if (a.target, a.suite) == (target, run["suite"])]
+            site = run.get("site") or ""
+            firing = [a for a in report.firing if (a.target, a.suite) == (target, run["suite"])
+                      and a.site in ("", site) and (target, run["suite"], site) not in shown]
+            shown.add((target, run["suite"], site))
             index.targets.setdefault(target, []).append(IndexRun(run["id"], run["suite"], run["started_at"], status,
-                                                                 reason, run_page_name(run["id"]), firing))
+                                                                 reason, run_page_name(run["id"]), firing, site))
     index.targets = dict(sorted(index.targets.items()))
     return index
 
@@ -68,14 +74,14 @@ def _write(path: Path, text: str) -> None:
 def write_site(store: Store, verdicts: Verdicts, report: Report, out_dir: Path) -> Path:
     """Write (or rewrite) the site of `report` (collected over the window) into out_dir, with a
     page for each run in its window; the path of its index.html."""
-    since, target = report.since, report.target
-    runs = [run for run in store.list_runs(limit=MAX_RUNS, target=target)
+    since, target, batch = report.since, report.target, report.batch
+    runs = [run for run in store.list_runs(limit=MAX_RUNS, target=target, batch=batch)
             if since is None or run["started_at"] >= since]
     pages = out_dir / "runs"
     pages.mkdir(parents=True, exist_ok=True)
     written = set()
     for run in runs:
-        page = collect(store, verdicts, since, target, run_id=run["id"])
+        page = collect(store, verdicts, since, target, run_id=run["id"], batch=batch)
         page.firing = report.firing      # the banner links to the full report's anchors
         written.add(run_page_name(run["id"]))
         _write(pages / run_page_name(run["id"]), render_html(page, root="../"))

@@ -245,15 +245,18 @@ class Store:
             ordered = query.order_by(run_entries.c.target, run_entries.c.entry)
             return [dict(row._mapping) for row in conn.execute(ordered)]
 
-    def list_runs(self, limit: int = 20, suite: str | None = None, target: str | None = None) -> list[dict[str, Any]]:
+    def list_runs(self, limit: int = 20, suite: str | None = None, target: str | None = None,
+                  site: str | None = None, batch: str | None = None) -> list[dict[str, Any]]:
         """Newest first, each with `sample_count`, `error_count` (samples with an error type) and
         `target_status` (see `_add_target_status`).
 
-        With `target`, only runs that list the target or have samples from it.
+        With `target`, only runs that list the target or have samples from it; with `site` or
+        `batch`, only the runs that probed from that site or belong to that batch.
         """
         query = sa.select(runs).order_by(runs.c.started_at.desc(), runs.c.id.desc())
         if suite is not None:
             query = query.where(runs.c.suite == suite)
+        query = _placed(query, site, batch)
         found: list[dict[str, Any]] = []
         with self._engine.connect() as conn:
             if target is None:
@@ -440,20 +443,23 @@ class Store:
 
     def metric_history(self, *, since: dt.datetime | None = None, target: str | None = None,
                        suite: str | None = None, name: str | None = None, run_id: str | None = None,
-                       statuses: Sequence[str] | None = None) -> list[dict[str, Any]]:
+                       statuses: Sequence[str] | None = None, site: str | None = None,
+                       batch: str | None = None) -> list[dict[str, Any]]:
         """Metric rows across runs, oldest run first, each with its run's `suite`, `run_started_at`,
-        `run_finished_at` and `run_status`. `since` keeps runs started at or after it.
+        `run_finished_at`, `run_status`, `run_site` and `run_batch`. `since` keeps runs started at
+        or after it; `site` and `batch` the runs of that site or batch.
 
         `run_status` is the row's target's own status in the run where one was recorded: in a run
         where another target failed, this target's metrics are those of a complete run."""
         own_status = sa.func.coalesce(run_targets.c.status, runs.c.status)
         query = (sa.select(metrics, runs.c.suite, runs.c.started_at.label("run_started_at"),
-                           runs.c.finished_at.label("run_finished_at"), own_status.label("run_status"))
+                           runs.c.finished_at.label("run_finished_at"), own_status.label("run_status"),
+                           runs.c.site.label("run_site"), runs.c.batch.label("run_batch"))
                  .join(runs, runs.c.id == metrics.c.run_id)
                  .outerjoin(run_targets, sa.and_(run_targets.c.run_id == metrics.c.run_id,
                                                  run_targets.c.target == metrics.c.target))
                  .order_by(runs.c.started_at, runs.c.id, metrics.c.id))
-        query = _across_runs(query, metrics, since, target, suite, run_id, None)
+        query = _placed(_across_runs(query, metrics, since, target, suite, run_id, None), site, batch)
         if statuses is not None:
             query = query.where(own_status.in_(list(statuses)))
         if name is not None:
@@ -463,8 +469,8 @@ class Store:
 
     def sample_history(self, *, since: dt.datetime | None = None, target: str | None = None,
                        suite: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
-        """Sample rows across runs, oldest run first, each with its run's `suite`."""
-        query = (sa.select(samples, runs.c.suite)
+        """Sample rows across runs, oldest run first, each with its run's `suite` and `run_site`."""
+        query = (sa.select(samples, runs.c.suite, runs.c.site.label("run_site"))
                  .join(runs, runs.c.id == samples.c.run_id)
                  .order_by(runs.c.started_at, runs.c.id, samples.c.id))
         query = _across_runs(query, samples, since, target, suite, run_id, None)
@@ -485,6 +491,16 @@ def _across_runs(query: sa.Select[Any], table: sa.Table, since: dt.datetime | No
         query = query.where(runs.c.id == run_id)
     if statuses is not None:
         query = query.where(runs.c.status.in_(list(statuses)))
+    return query
+
+
+def _placed(query: sa.Select[Any], site: str | None, batch: str | None) -> sa.Select[Any]:
+    """Only the runs of this site and of this batch (where given): a baseline from one site never
+    judges a run from another, and a batch is one scheduled night of a sharded fleet."""
+    if site is not None:
+        query = query.where(runs.c.site == site)
+    if batch is not None:
+        query = query.where(runs.c.batch == batch)
     return query
 
 

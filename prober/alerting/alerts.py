@@ -42,6 +42,13 @@ class Observation:
     summary: str
     description: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
+    # Where the judged run probed from: one identity per (target, site), so that a latency alert
+    # firing from one site is neither resolved nor repeated by a run from another.
+    site: str = ""
+
+    @property
+    def identity(self) -> str:
+        return f"{self.key}|site={self.site}" if self.site else self.key
 
 
 def advance(previous: dict[str, Any] | None, obs: Observation, run_id: str,
@@ -60,10 +67,10 @@ def advance(previous: dict[str, Any] | None, obs: Observation, run_id: str,
         state = "resolved" if before in ("firing", "resolved") else "ok"
         if before == "firing":
             event, resolved_at = "resolved", now
-    row = {"key": obs.key, "kind": obs.kind, "name": obs.name, "severity": obs.severity, "target": obs.target,
+    row = {"key": obs.identity, "kind": obs.kind, "name": obs.name, "severity": obs.severity, "target": obs.target,
            "suite": obs.suite, "probe": obs.probe, "metric": obs.metric, "labels": obs.labels, "state": state,
            "breaks": breaks, "value": obs.value, "summary": obs.summary,
-           "detail": {**obs.detail, "description": obs.description, "for": obs.for_runs},
+           "detail": {**obs.detail, "description": obs.description, "for": obs.for_runs, "site": obs.site},
            "fired_at": fired_at, "resolved_at": resolved_at, "updated_at": now, "last_run_id": run_id}
     return row, event
 
@@ -76,8 +83,9 @@ def event_payload(row: dict[str, Any], status: str, run_id: str | None) -> dict[
     detail = row.get("detail") or {}
     return {"status": status, "alert": {
         "key": row["key"], "kind": row["kind"], "name": row["name"], "severity": row["severity"],
-        "target": row["target"], "suite": row["suite"], "probe": row["probe"], "metric": row["metric"],
-        "labels": row.get("labels") or {}, "value": row.get("value"), "summary": row["summary"],
+        "target": row["target"], "site": detail.get("site") or "", "suite": row["suite"], "probe": row["probe"],
+        "metric": row["metric"], "labels": row.get("labels") or {}, "value": row.get("value"),
+        "summary": row["summary"],
         "description": detail.get("description") or row["summary"], "detail": detail,
         "fired_at": iso(row.get("fired_at")), "resolved_at": iso(row.get("resolved_at")), "run_id": run_id}}
 
@@ -92,7 +100,8 @@ def slo_observations(config: ProberConfig, metric_rows: list[dict[str, Any]], ru
             value=m.get("value"), broken=check.broken, for_runs=rule.for_runs, summary=check.summary,
             description=rule.description,
             detail={"comparator": rule.comparator, "threshold": rule.threshold, "n": m.get("n"),
-                    "ci_low": m.get("ci_low"), "ci_high": m.get("ci_high"), "unit": m.get("unit")}))
+                    "ci_low": m.get("ci_low"), "ci_high": m.get("ci_high"), "unit": m.get("unit")},
+            site=run.get("site") or ""))
     return observations
 
 
@@ -121,7 +130,8 @@ def drift_observations(tests: list[DriftTest], run: dict[str, Any]) -> list[Obse
             detail={"test": test.kind, "nights": test.nights, "p_value": test.p_value, "alpha": test.alpha,
                     "effect": test.effect, "min_effect": test.min_effect, "baseline": test.baseline,
                     "n_current": test.n_current, "n_baseline": test.n_baseline, "cells": test.cells,
-                    "most_moved": test.worst_cell, "baseline_runs": test.baseline_runs}))
+                    "most_moved": test.worst_cell, "baseline_runs": test.baseline_runs},
+            site=run.get("site") or ""))
     return observations
 
 
@@ -164,8 +174,8 @@ def evaluate_run(store: Any, config: ProberConfig, run_id: str, sinks: list[Sink
     drift = drift_for_run(store, run, config.drift) if config.drift.enabled else DriftOutcome()
     observations = slo_observations(config, judged, run) + drift_observations(drift.tests, run)
     # A metric row repeated within one run must not count as two consecutive runs.
-    observations = list({obs.key: obs for obs in observations}.values())
-    previous = {row["key"]: row for row in store.alerts(keys=[o.key for o in observations])}
+    observations = list({obs.identity: obs for obs in observations}.values())
+    previous = {row["key"]: row for row in store.alerts(keys=[o.identity for o in observations])}
     now = utcnow()
     rows, events, evaluation = judge(observations, previous, run["id"], now)
     evaluation.notes = drift.not_tested + drift.notices
@@ -180,10 +190,10 @@ def judge(observations: list[Observation], previous: dict[str, dict[str, Any]], 
     """The alert rows after this run's observations, their outbox events, and what fired or resolved
     (pure: bench/alarm_calibration.py drives it night after night)."""
     # A metric row repeated within one run must not count as two consecutive runs.
-    observations = list({obs.key: obs for obs in observations}.values())
+    observations = list({obs.identity: obs for obs in observations}.values())
     rows, events, evaluation = [], [], Evaluation(checked=len(observations))
     for obs in observations:
-        row, event = advance(previous.get(obs.key), obs, run_id, now)
+        row, event = advance(previous.get(obs.identity), obs, run_id, now)
         rows.append(row)
         if event is not None:
             events.append({"alert_key": row["key"], "status": event, "run_id": run_id, "created_at": now,

@@ -1,5 +1,6 @@
 """Which earlier runs a drift baseline may take: only comparable ones.
 
+Only runs from the same site are candidates: (target, site) is what a baseline belongs to.
 Two runs are comparable for a target and suite entry when the target completed in both and the
 entry ran the same probe version with the same parameters that shape its metrics. Those are every
 effective parameter (after --param) except the probe's `label_params`: a list such as latency's
@@ -64,10 +65,12 @@ def what_changed(current: dict[str, Any], earlier: dict[str, Any] | None) -> str
 def select_baselines(store: Any, run: dict[str, Any], target: str, size: int) -> dict[str, Baseline]:
     """Per suite entry of `run` on `target`: up to `size` comparable earlier runs, newest first.
 
-    Earlier runs are those of the same suite, started before `run`, in which `target` completed.
+    Earlier runs are those of the same suite and site, started before `run`, in which `target`
+    completed: a latency baseline measured from one site never judges a run from another.
     """
     current = {row["entry"]: row for row in store.run_entries(run["id"], target=target)}
-    earlier = [r for r in store.list_runs(limit=4 * size + 8, suite=run["suite"], target=target)
+    earlier = [r for r in store.list_runs(limit=4 * size + 8, suite=run["suite"], target=target,
+                                          site=run.get("site"))
                if r["id"] != run["id"] and r["started_at"] < run["started_at"] and target in completed_targets(r)]
     entries_of = {r["id"]: {row["entry"]: row for row in store.run_entries(r["id"], target=target)} for r in earlier}
     selected: dict[str, Baseline] = {}

@@ -70,7 +70,8 @@ def slack_body(event: dict[str, Any]) -> dict[str, Any]:
     alert = event["alert"]
     icon = ":white_check_mark:" if event["status"] == "resolved" else (
         ":rotating_light:" if alert["severity"] == "critical" else ":warning:")
-    headline = f"{icon} [{event['status'].upper()}] {alert['name']} ({alert['severity']}) on {alert['target']}"
+    site = f" from {alert['site']}" if alert.get("site") else ""
+    headline = f"{icon} [{event['status'].upper()}] {alert['name']} ({alert['severity']}) on {alert['target']}{site}"
     return {
         "text": _slack_escape(f"{headline}: {alert['summary']}"),
         "blocks": [
@@ -92,6 +93,8 @@ def alertmanager_alert(event: dict[str, Any], hold: dt.timedelta, now: dt.dateti
     labels = {"alertname": alert["name"], "severity": alert["severity"], "target": alert["target"],
               "suite": alert["suite"], "probe": alert["probe"], "metric": alert["metric"],
               "kind": alert["kind"], "job": "prober"}
+    if alert.get("site"):   # Alertmanager groups by labels: two sites' alerts must not merge into one
+        labels["site"] = alert["site"]
     for key, value in (alert.get("labels") or {}).items():
         labels.setdefault(_LABEL_NAME.sub("_", str(key)), str(value))
     ends = alert.get("resolved_at") if event["status"] == "resolved" else (now + hold).isoformat()

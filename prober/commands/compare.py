@@ -1,7 +1,9 @@
-"""`prober compare`: pick the two sides (two runs, two targets in a window, or two windows of one
-target), compare them (reports/compare.py) and print or write the result.
+"""`prober compare`: pick the two sides (two runs, two targets in a window, two sites of one target
+in a window, or two windows of one target), compare them (reports/compare.py) and print or write
+the result.
 
-Which runs a window takes is the drift baseline's rule: runs in which the target completed.
+Which runs a window takes is the drift baseline's rule: runs of one site in which the target
+completed (a window holding runs from several sites asks for --site).
 Whether a metric measured the same thing on both sides is the drift baseline's rule too
 (prober.alerting.baseline.what_changed), handed to the reports layer, which imports no alerting.
 """
@@ -48,13 +50,14 @@ TABLE_WIDTH = 80
 # Runs a window may hold: a year of nightly runs and then some.
 WINDOW_RUNS = 1000
 
-USAGE = ("compare two runs (prober compare RUN_A RUN_B), two targets (--target A --target B [--since 7d]) "
-         "or two windows of one target (--target T --since 14d --until 7d: before 7d ago against since)")
+USAGE = ("compare two runs (prober compare RUN_A RUN_B), two targets (--target A --target B [--since 7d] "
+         "[--site S]), two sites of one target (--target T --site A --site B [--since 7d]) "
+         "or two windows of one target (--target T --since 14d --until 7d [--site S]: before 7d ago against since)")
 
 
 def compare_command(cfg: ProberConfig, out: Console, err: Console, shown: Callable[[Any], str], runs: list[str],
                     targets: list[str], since: str | None, until: str | None, suite: str | None, fmt_name: str,
-                    out_path: Path | None, metrics: list[str]) -> Comparison:
+                    out_path: Path | None, metrics: list[str], sites: list[str] | None = None) -> Comparison:
     """Build both sides, compare (every metric, or those named in `metrics`), and print the table
     or write the asked format (to `out_path`, or standard output)."""
     if fmt_name not in FORMATS:
@@ -65,7 +68,7 @@ def compare_command(cfg: ProberConfig, out: Console, err: Console, shown: Callab
             raise ConfigError(f"--metric {name!r}: no probe produces it{did_you_mean(name, known)}")
     store = open_store(cfg.store.url, err)
     try:
-        side_a, side_b = _sides(store, runs, targets, since, until, suite)
+        side_a, side_b = _sides(store, runs, targets, since, until, suite, sites or [])
         comparison = compare(store, side_a, side_b, what_changed,
                              lambda kind, metric: min_effect_for(kind, metric, cfg.drift), set(metrics) or None)
     finally:
@@ -89,25 +92,32 @@ def compare_command(cfg: ProberConfig, out: Console, err: Console, shown: Callab
 
 
 def _sides(store: Store, runs: list[str], targets: list[str], since: str | None, until: str | None,
-           suite: str | None) -> tuple[Side, Side]:
+           suite: str | None, sites: list[str]) -> tuple[Side, Side]:
     if runs:
-        if len(runs) != 2 or len(targets) > 1 or until:
+        if len(runs) != 2 or len(targets) > 1 or until or sites:
             raise ConfigError(f"prober compare: {USAGE}")
         target = targets[0] if targets else None
         return _run_side(store, "A", runs[0], target), _run_side(store, "B", runs[1], target)
     now = utcnow()
+    if len(sites) > 2 or (len(sites) == 2 and (len(targets) != 1 or until)):
+        raise ConfigError(f"prober compare: {USAGE}")
+    site = sites[0] if len(sites) == 1 else None
+    if len(targets) == 1 and len(sites) == 2:
+        start = parse_since(since or "7d")
+        return (_window_side(store, "A", targets[0], start, now, suite, sites[0]),
+                _window_side(store, "B", targets[0], start, now, suite, sites[1]))
     if len(targets) == 2 and not until:
         start = parse_since(since or "7d")
-        return (_window_side(store, "A", targets[0], start, now, suite),
-                _window_side(store, "B", targets[1], start, now, suite))
+        return (_window_side(store, "A", targets[0], start, now, suite, site),
+                _window_side(store, "B", targets[1], start, now, suite, site))
     if len(targets) == 1 and until:
         start, end = parse_since(since), parse_since(until)
         if start is None:
             raise ConfigError(f"prober compare: --until needs --since (the start of side A); {USAGE}")
         if end is None or start >= end:
             raise ConfigError(f"prober compare: --since must be before --until; {USAGE}")
-        return (_window_side(store, "A", targets[0], start, end, suite),
-                _window_side(store, "B", targets[0], end, now, suite))
+        return (_window_side(store, "A", targets[0], start, end, suite, site),
+                _window_side(store, "B", targets[0], end, now, suite, site))
     raise ConfigError(f"prober compare: {USAGE}")
 
 
@@ -116,15 +126,20 @@ def _run_side(store: Store, name: str, run_id: str, target: str | None) -> Side:
 
 
 def _window_side(store: Store, name: str, target: str, start: dt.datetime | None, end: dt.datetime,
-                 suite: str | None) -> Side:
-    runs = [run for run in store.list_runs(limit=WINDOW_RUNS, suite=suite, target=target)
+                 suite: str | None, site: str | None) -> Side:
+    runs = [run for run in store.list_runs(limit=WINDOW_RUNS, suite=suite, target=target, site=site)
             if (start is None or run["started_at"] >= start) and run["started_at"] < end
             and target in completed_targets(run)]
     if not runs:
         when = (f"between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} UTC" if start
                 else f"before {end:%Y-%m-%d %H:%M} UTC")
+        where = f" from site {site!r}" if site else ""
         raise ConfigError(f"side {name}: no run{f' of suite {suite}' if suite else ''} in which target {target!r} "
-                          f"completed {when} in {redacted(store.url)}")
+                          f"completed{where} {when} in {redacted(store.url)}")
+    sites = sorted({run.get("site") or "" for run in runs})
+    if len(sites) > 1:   # a window pooled over sites would mix their latencies
+        raise ConfigError(f"side {name}: target {target!r} has runs from sites {', '.join(sites)} in this window; "
+                          "choose one with --site")
     return Side(name, runs, target)
 
 

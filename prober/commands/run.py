@@ -10,6 +10,7 @@ the first request is sent.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,8 @@ from prober.alerting.alerts import Evaluation, evaluate_run, make_sinks
 from prober.alerting.drift import baseline_resets
 from prober.alerting.slo_rules import RuleState, check_rules_known, rule_states, unmatched_warnings
 from prober.commands.calibrate import CalibrationFailed, calibrate
-from prober.core.config import ProberConfig
+from prober.core.config import BATCH_ENV, ProberConfig, check_place_name
+from prober.core.shards import parse_shard, shard_targets
 from prober.runner import EXIT_OK, Runner, RunResult, prepare
 from prober.store_access import open_store
 from store import Store
@@ -38,14 +40,14 @@ class JudgedRun(RunResult):
 
 
 def run_and_judge(config: ProberConfig, console: Console, suite_name: str, target_names: list[str] | None = None,
-                  overrides: dict[str, Any] | None = None) -> JudgedRun:
+                  overrides: dict[str, Any] | None = None, batch: str | None = None) -> JudgedRun:
     check_rules_known(config.slo, config.source)
     suite, targets, keys = prepare(config, suite_name, target_names, overrides)
     sinks = make_sinks(config)   # an unset URL or secret variable is a usage error, before any request
     calibration_notes = _calibrate_first(config, console, suite)
     store = open_store(config.store.url, console)
     try:
-        ran = Runner(config, console).execute(store, suite, targets, keys)
+        ran = Runner(config, console, batch=batch).execute(store, suite, targets, keys)
         result = JudgedRun(**{f.name: getattr(ran, f.name) for f in dataclasses.fields(RunResult)})
         if result.status != "interrupted" and any(s == "complete" for s, _ in result.targets.values()):
             result.alerts = evaluate_run(store, config, result.run_id, sinks)
@@ -56,6 +58,27 @@ def run_and_judge(config: ProberConfig, console: Console, suite_name: str, targe
         return result
     finally:
         store.close()
+
+
+def shard_selection(config: ProberConfig, target_names: list[str] | None, shard: str | None) -> list[str] | None:
+    """The targets a `--shard I/N` process runs (prober/core/shards.py): its slice of the targets
+    named, or of every configured target; the names unchanged without --shard. Every name is
+    checked first, so an unknown target is an error on every shard, not only on its own."""
+    index, count = parse_shard(shard) if shard is not None else (0, 1)
+    names = target_names or list(config.targets)
+    if shard is None or not names:   # no targets at all: the run says so (prepare)
+        return target_names
+    for name in names:
+        config.target(name)
+    return shard_targets(names, index, count)
+
+
+def run_batch(given: str | None) -> str | None:
+    """The batch of this run: --batch, else $PROBER_BATCH, else none."""
+    if given is not None:
+        return check_place_name(given, "--batch")
+    from_env = os.environ.get(BATCH_ENV)
+    return check_place_name(from_env, f"environment variable {BATCH_ENV}") if from_env else None
 
 
 def _calibrate_first(config: ProberConfig, console: Console, suite: Suite) -> list[str]:

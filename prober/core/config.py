@@ -9,12 +9,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from prober.core.errors import ConfigError
+from prober.core.records import default_site
 from prober.core.redact import is_credential_header
 from prober.core.tomlfile import read_toml, validation_error
 from prober.core.urls import check_base_url
@@ -232,8 +234,24 @@ class DriftConfig(_Strict):
         return value
 
 
+# A site or batch name is stored, shown and put in file names and URLs: a short safe word.
+_PLACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,99}")
+_PLACE_RULE = "letters, digits and . _ : + -, starting with a letter or digit, at most 100 characters"
+SITE_ENV = "PROBER_SITE"
+BATCH_ENV = "PROBER_BATCH"
+
+
+def check_place_name(value: str, where: str) -> str:
+    """A site or batch name, or ConfigError naming where it came from."""
+    if not _PLACE_NAME.fullmatch(value):
+        raise ConfigError(f"{where}: {value!r} is not a usable name ({_PLACE_RULE})")
+    return value
+
+
 class ProberConfig(_Strict):
     targets: dict[str, TargetConfig] = Field(default_factory=dict)
+    site: str | None = Field(None, description="where this prober probes from; PROBER_SITE wins; default: "
+                             "the first label of the host name")
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     suite_paths: list[str] = Field(default_factory=list, description="directories searched before the built-ins")
@@ -241,6 +259,13 @@ class ProberConfig(_Strict):
     sinks: list[SinkConfig] = Field(default_factory=list)
     drift: DriftConfig = Field(default_factory=DriftConfig)
     source: str = Field("<built-in defaults>", exclude=True)
+
+    @field_validator("site")
+    @classmethod
+    def _usable_site(cls, site: str | None) -> str | None:
+        if site is not None and not _PLACE_NAME.fullmatch(site):
+            raise ValueError(_PLACE_RULE)
+        return site
 
     @model_validator(mode="after")
     def _name_targets(self) -> ProberConfig:
@@ -262,6 +287,15 @@ class ProberConfig(_Strict):
         except KeyError:
             known = ", ".join(sorted(self.targets)) or "none"
             raise ConfigError(f"{self.source}: unknown target {name!r} (configured: {known})") from None
+
+    def run_site(self, host: str) -> str:
+        """The site a run records: $PROBER_SITE, else `site` in the file, else the host's first label.
+        The environment wins so that one config file (a ConfigMap) serves every site, each setting
+        its own variable."""
+        from_env = os.environ.get(SITE_ENV)
+        if from_env:
+            return check_place_name(from_env, f"environment variable {SITE_ENV}")
+        return self.site or default_site(host)
 
     def hash(self) -> str:
         """A stable hash of the effective configuration, stored with each run."""

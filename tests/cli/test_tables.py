@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from prober.commands.terminal import fmt
 from prober.core.config import ProberConfig
-from prober.core.records import Metric
+from prober.core.records import Metric, default_site
 from prober.runner import Runner
 from store import Store
 from tests.support.cli import prober
@@ -92,9 +94,10 @@ def test_history_fits_80_columns_with_constant_columns_in_its_title(caching_run)
     result = prober("history", "--metric", "a_metric_name_that_is_rather_long_too", cwd=tmp, env={"COLUMNS": "80"})
     assert result.returncode == 0, result.stderr
     _fits(result.stdout)
-    # one target, one suite, one unit, one status: said once in the title, not in a column each
-    assert "a_metric_name_that_is_rather_long_too, suite caching, target emulator, unit tokens, run status " \
-           "complete" in " ".join(result.stdout.split())
+    # one target, one suite, one site, one unit, one status: said once in the title, not in a column each
+    site = default_site(socket.gethostname())
+    assert f"a_metric_name_that_is_rather_long_too, suite caching, target emulator, site {site}, unit tokens, " \
+           "run status complete" in " ".join(result.stdout.split())
     header = next(line for line in result.stdout.splitlines() if "run started" in line)
     assert "suite" not in header and "target" not in header
     assert run_id in result.stdout and "123,457" in result.stdout and "100,000" in result.stdout

@@ -125,13 +125,14 @@ def test_prometheus_textfile_passes_promtool(export_store):
             and 'back_slash="a\\\\b"' in rates[0] and 'new_line="one\\ntwo"' in rates[0]
             and 'label_reserved="x"' in rates[0] and 'label_9lives="cat"' in rates[0])
     assert re.search(r'^prober_penalty_corruption_rate_ci_low\{.*\} 0\.1$', body, re.M)
-    assert re.search(r'^prober_penalty_stall_seconds\{penalty_value="0.5",suite="penalty",target="gw"\} 1\.5$',
-                     body, re.M)
+    assert re.search(r'^prober_penalty_stall_seconds\{penalty_value="0.5",site="[^"]+",suite="penalty",'
+                     r'target="gw"\} 1\.5$', body, re.M)
     assert "prober_penalty_records{" in body and "prober_penalty_records_number{" in body
     assert "nothing_measured" not in body and "not_a_number" not in body
-    assert re.search(r"^prober_latency_ttft_p50_seconds\{concurrency=\"2\",suite=\"latency\",target=\"emulator\"\} ",
-                     body, re.M)
-    last_run = dict(re.findall(r'^prober_last_run_timestamp_seconds\{suite="(\w+)",target="\w+"\} (\S+)$', body, re.M))
+    assert re.search(r'^prober_latency_ttft_p50_seconds\{concurrency="2",site="[^"]+",suite="latency",'
+                     r'target="emulator"\} ', body, re.M)
+    last_run = dict(re.findall(r'^prober_last_run_timestamp_seconds\{site="[^"]+",suite="(\w+)",target="\w+"\} (\S+)$',
+                               body, re.M))
     assert set(last_run) == {"latency", "penalty"}
     assert float(last_run["penalty"]) == (NOW - dt.timedelta(days=1) + dt.timedelta(minutes=2)).timestamp()
     # the rules are real: promtool does reject what the renaming avoids

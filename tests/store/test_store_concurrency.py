@@ -1,4 +1,5 @@
-"""Several processes on one store: concurrent writers lose nothing, a killed run keeps its samples."""
+"""Several processes on one store: concurrent writers lose nothing, migrations started together
+apply once, a killed run keeps its samples."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ import os
 import signal
 import time
 
+import sqlalchemy as sa
+
 from store import Store
+from store.engine import open_engine
+from store.migrations import MIGRATIONS, migrate, schema_migrations
 from tests.store.test_store_roundtrip import make_run, make_sample, store_url  # noqa: F401
 from tests.support.postgres import postgres_url  # noqa: F401
 
@@ -45,6 +50,33 @@ def test_two_processes_write_one_store_at_once(store_url):
             assert sorted(row["request_index"] for row in rows) == list(range(PER_PROCESS)), run_id
         assert {run["id"]: run["sample_count"] for run in store.list_runs()} == \
             {"proc-a": PER_PROCESS, "proc-b": PER_PROCESS}
+
+
+def _migrate(url: str, barrier, applied) -> None:
+    engine = open_engine(url)
+    barrier.wait(60)                   # every process finds the database empty, at the same moment
+    applied.put(migrate(engine))
+    engine.dispose()
+
+
+def test_migrations_started_by_four_processes_at_once_apply_once(store_url):
+    barrier, applied = CONTEXT.Barrier(4), CONTEXT.Queue()
+    children = [CONTEXT.Process(target=_migrate, args=(store_url, barrier, applied)) for _ in range(4)]
+    for child in children:
+        child.start()
+    versions = [applied.get(timeout=120) for _ in children]
+    for child in children:
+        child.join(60)
+    assert [child.exitcode for child in children] == [0, 0, 0, 0]
+    # each version applied by exactly one of them (the lock), whichever got there first
+    assert sorted(v for done in versions for v in done) == list(range(1, len(MIGRATIONS) + 1))
+    engine = open_engine(store_url)
+    try:
+        with engine.connect() as conn:
+            recorded = conn.execute(sa.select(schema_migrations.c.version).order_by("version")).scalars().all()
+    finally:
+        engine.dispose()
+    assert recorded == list(range(1, len(MIGRATIONS) + 1))
 
 
 def _write_then_hang(url: str, run_id: str, pipe) -> None:

@@ -15,14 +15,15 @@ T0 = dt.datetime(2026, 1, 1, 3, 0, tzinfo=dt.UTC)
 
 
 def add_run(store: Store, run_id: str, night: int, metrics: list[dict[str, Any]], *, suite: str = "latency",
-            target: str = "emu", status: str = "complete", params: dict[str, Any] | None = None) -> dict[str, Any]:
+            target: str = "emu", status: str = "complete", params: dict[str, Any] | None = None,
+            site: str = "") -> dict[str, Any]:
     """A finished run started `night` days after T0, with these metric rows (dicts of Metric fields;
     probe defaults to the suite's name). Each probe is one suite entry, `<suite>.<probe>`, recorded
-    at probe version 1 with `params`, so runs with equal params are comparable baselines. Returns
-    the stored run row."""
+    at probe version 1 with `params`, so runs with equal params are comparable baselines; `site`:
+    where it probed from (default: this host's first label). Returns the stored run row."""
     started = T0 + dt.timedelta(days=night)
     store.create_run(Run(id=run_id, suite=suite, started_at=started, prober_version="test", config_hash="h",
-                         host=socket.gethostname(), pid=os.getpid(), targets=[target]))
+                         host=socket.gethostname(), pid=os.getpid(), targets=[target], site=site))
     rows = [{"probe": suite, **m} for m in metrics]
     probes = list(dict.fromkeys(row["probe"] for row in rows)) or [suite]
     store.start_target(run_id, target, "h", [{"entry": f"{suite}.{probe}", "probe": probe, "probe_version": 1,
