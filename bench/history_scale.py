@@ -134,8 +134,9 @@ def night_start(night: int, nights: int, end: dt.datetime) -> dt.datetime:
     return newest - dt.timedelta(days=nights - 1 - night)
 
 
-def run_id(night: int) -> str:
-    return f"hs{night:05d}"
+def run_id(started: dt.datetime) -> str:
+    """A night's run id, from its date: a longer history with the same end shares its newest runs."""
+    return f"hs{started:%Y%m%d}"
 
 
 def _copy(conn: sa.Connection, table: sa.Table, where: Any, replace: dict[str, Any]) -> None:
@@ -154,41 +155,41 @@ def _noisy(column: sa.ColumnElement[Any], night: int) -> sa.ColumnElement[Any]:
 
 
 def write_history(url: str, nights: int, targets: int, template: Template, *,
-                  end: dt.datetime | None = None, first_night: int = 0) -> list[str]:
-    """Write nights `first_night` .. `nights - 1` of a nightly history for `targets` targets into
-    the store at `url` (migrated first); the run ids written. Night 0 holds the template's rows;
-    each later night is copied from night 0 in the database. `end`: when the newest night ends
-    (default now). Writing the oldest nights of a longer history into a store that has the newest
-    (a larger `nights` with `first_night` 0 and the same end) doubles the history outside a window."""
+                  end: dt.datetime | None = None) -> list[str]:
+    """Write the nightly runs of the `nights` nights up to `end` (default now) for `targets`
+    targets into the store at `url` (migrated first), skipping nights it already holds; the run
+    ids written, oldest first. The first night written holds the template's rows; the others are
+    copied from it in the database. A second call with more nights and the same `end` adds older
+    history outside any window that ends at `end`."""
     end = end or dt.datetime.now(dt.UTC)
     names = target_names(targets)
+    starts = [night_start(night, nights, end) for night in range(nights)]
     store = Store.open(url)
-    written = []
     try:
         with store.engine.begin() as conn:
-            seed = run_id(0)
-            if conn.execute(sa.select(runs.c.id).where(runs.c.id == seed)).first() is None:
-                _write_seed(conn, template, names, night_start(0, nights, end))
-            for night in range(max(first_night, 1), nights):
-                _write_night(conn, template, names, night, night_start(night, nights, end))
-                written.append(run_id(night))
-            if first_night == 0:
-                written.insert(0, seed)
+            held = set(conn.execute(sa.select(runs.c.id).where(runs.c.id.in_([run_id(s) for s in starts])))
+                       .scalars())
+            missing = [started for started in starts if run_id(started) not in held]
+            if missing:
+                _write_seed(conn, template, names, missing[0])
+        for started in missing[1:]:
+            with store.engine.begin() as conn:     # a night a transaction: the SQLite WAL stays small
+                _write_night(conn, template, names, run_id(missing[0]), started)
     finally:
         store.close()
-    return written
+    return [run_id(started) for started in missing]
 
 
-def _run_row(template: Template, night: int, names: Sequence[str], started: dt.datetime) -> dict[str, Any]:
+def _run_row(template: Template, names: Sequence[str], started: dt.datetime) -> dict[str, Any]:
     took = (template.run["finished_at"] or template.run["started_at"]) - template.run["started_at"]
-    return {**template.run, "id": run_id(night), "started_at": started, "finished_at": started + took,
+    return {**template.run, "id": run_id(started), "started_at": started, "finished_at": started + took,
             "status": "complete", "targets": list(names), "lease_expires_at": None, "batch": None}
 
 
 def _write_seed(conn: sa.Connection, template: Template, names: Sequence[str], started: dt.datetime) -> None:
-    """Night 0: the template's rows for the first target, then copied to the others."""
-    seed, first = run_id(0), names[0]
-    conn.execute(runs.insert().values(_run_row(template, 0, names, started)))
+    """The template's rows for the first target, then copied to the others."""
+    seed, first = run_id(started), names[0]
+    conn.execute(runs.insert().values(_run_row(template, names, started)))
     conn.execute(run_targets.insert().values({**template.target_status, "run_id": seed, "target": first}))
     if template.entries:
         conn.execute(run_entries.insert(), [{**row, "run_id": seed, "target": first} for row in template.entries])
@@ -203,15 +204,16 @@ def _write_seed(conn: sa.Connection, template: Template, names: Sequence[str], s
                   {"target": sa.literal(name)})
 
 
-def _write_night(conn: sa.Connection, template: Template, names: Sequence[str], night: int,
+def _write_night(conn: sa.Connection, template: Template, names: Sequence[str], seed: str,
                  started: dt.datetime) -> None:
-    seed, new = run_id(0), run_id(night)
-    conn.execute(runs.insert().values(_run_row(template, night, names, started)))
+    new = run_id(started)
+    conn.execute(runs.insert().values(_run_row(template, names, started)))
     same_run = {"run_id": sa.literal(new)}
     _copy(conn, run_targets, run_targets.c.run_id == seed, same_run)
     _copy(conn, run_entries, run_entries.c.run_id == seed, same_run)
     _copy(conn, samples, samples.c.run_id == seed,
           {**same_run, "started_at": sa.literal(started, UTCDateTime())})
+    night = started.toordinal()
     _copy(conn, metrics, metrics.c.run_id == seed,
           {**same_run, **{name: _noisy(metrics.c[name], night) for name in ("value", "ci_low", "ci_high")}})
 
@@ -224,7 +226,8 @@ import json, resource, subprocess, sys, time
 started = time.monotonic()
 done = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 wall = time.monotonic() - started
-print(json.dumps({"wall_s": wall, "rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024,
                   "exit": done.returncode, "stdout": done.stdout[-1500:], "stderr": done.stderr[-1500:]}))
 """
 
@@ -238,10 +241,11 @@ from prober.alerting.drift import baseline_resets
 from prober.alerting.slo_rules import rule_states
 from prober.core.config import load_config
 from store import Store
+import scipy.stats  # noqa: F401  (the drift tests load it on first use; `prober run` has by then)
 config = load_config(sys.argv[1])
 store = Store.open(config.store.url)
 run = store.list_runs(limit=1, suite="nightly")[0]
-started = time.monotonic()
+started, cpu = time.monotonic(), time.process_time()
 evaluation = evaluate_run(store, config, run["id"], sinks=[])
 run = store.get_run(run["id"])
 rows = store.metrics(run["id"])
@@ -249,9 +253,10 @@ probes = sorted({row["probe"] for row in rows})
 for target in run["targets"]:
     rule_states(config.slo, run, target, probes, rows)
 resets = baseline_resets(store, run, config.drift)
-took = time.monotonic() - started
+took, cpu = time.monotonic() - started, time.process_time() - cpu
 store.close()
-print(json.dumps({"evaluate_s": took, "checked": evaluation.checked, "resets": len(resets)}))
+print(json.dumps({"evaluate_s": took, "evaluate_cpu_s": cpu, "checked": evaluation.checked,
+                  "resets": len(resets)}))
 """
 
 
@@ -289,17 +294,15 @@ def commands(config: Path, out: Path, target: str) -> dict[str, list[str]]:
 
 
 def store_bytes(url: str) -> int:
-    """The database's size on disk (SQLite: the file and its WAL after a checkpoint)."""
+    """The database's size on disk (SQLite: after a checkpoint, so the WAL holds nothing)."""
     store = Store.open(url)
     try:
-        with store.engine.connect() as conn:
-            if store.backend == "postgresql":
-                return int(conn.execute(sa.text("SELECT pg_database_size(current_database())")).scalar_one())
-            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-        database = Path(store.engine.url.database or "")
+        if store.backend == "sqlite":
+            with store.engine.connect() as conn:
+                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        return store.size_bytes()
     finally:
         store.close()
-    return sum(path.stat().st_size for path in (database, Path(f"{database}-wal")) if path.exists())
 
 
 @dataclass
@@ -309,6 +312,7 @@ class Row:
     wall_s: float | None = None
     rss_mb: float | None = None
     note: str = ""
+    cpu_s: float | None = None
 
 
 def bench_backend(backend: str, url: str, workdir: Path, nights: int, targets: int, template: Template) -> list[Row]:
@@ -324,25 +328,27 @@ def bench_backend(backend: str, url: str, workdir: Path, nights: int, targets: i
         note = "" if found["exit"] in (0, 1) else f"exit {found['exit']}: {found['stderr'].strip()[-200:]}"
         if what == "post-run evaluation" and not note:
             inner = json.loads(found["stdout"].strip().splitlines()[-1])
-            note = (f"evaluation alone {inner['evaluate_s']:.2f} s (after imports); {inner['checked']} checks, "
-                    f"{inner['resets']} baseline resets")
-        rows.append(Row(backend, what, found["wall_s"], found["rss_mb"], note))
+            note = (f"evaluation alone {inner['evaluate_s']:.2f} s, {inner['evaluate_cpu_s']:.2f} s CPU "
+                    f"(after imports); {inner['checked']} checks, {inner['resets']} baseline resets")
+        rows.append(Row(backend, what, found["wall_s"], found["rss_mb"], note, found["cpu_s"]))
     size = store_bytes(url)
     rows.append(Row(backend, "store size", None, None, f"{size / 1e6:,.0f} MB, {size / 1e6 / nights:.2f} MB/night"))
     pruned = measure([sys.executable, "-m", "prober.cli", "prune", "--config", str(config)], workdir)
     after = store_bytes(url)
     rows.append(Row(backend, "prune (default retention)", pruned["wall_s"], pruned["rss_mb"],
                     f"{after / 1e6:,.0f} MB, {after / 1e6 / nights:.2f} MB/night"
-                    + ("" if pruned["exit"] == 0 else f"; exit {pruned['exit']}: {pruned['stderr'].strip()[-200:]}")))
+                    + ("" if pruned["exit"] == 0 else f"; exit {pruned['exit']}: {pruned['stderr'].strip()[-200:]}"),
+                    pruned["cpu_s"]))
     return rows
 
 
 def print_table(rows: Sequence[Row]) -> None:
-    print(f"{'backend':<10} {'what':<28} {'wall s':>8} {'peak MB':>8}  note")
+    print(f"{'backend':<10} {'what':<28} {'wall s':>8} {'CPU s':>7} {'peak MB':>8}  note")
     for row in rows:
         wall = "" if row.wall_s is None else f"{row.wall_s:8.2f}"
+        cpu = "" if row.cpu_s is None else f"{row.cpu_s:7.2f}"
         rss = "" if row.rss_mb is None else f"{row.rss_mb:8.0f}"
-        print(f"{row.backend:<10} {row.what:<28} {wall:>8} {rss:>8}  {row.note}")
+        print(f"{row.backend:<10} {row.what:<28} {wall:>8} {cpu:>7} {rss:>8}  {row.note}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

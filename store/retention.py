@@ -1,0 +1,120 @@
+"""Retention: drop raw samples (or only their output text) older than an age, keep runs and metrics
+for ever, and give the space back.
+
+Samples are nearly all of a store's size (a nightly run of the demo suite is about 1.2 MB of samples
+per target and 40 KB of metrics); reports, exports, history and drift baselines read metrics, so a
+year of metrics with a few weeks of samples answers everything but `prober samples` on an old run.
+
+Safe on a live store: a run still `running` is never touched, whatever its age, and the work goes
+run by run in short write transactions, so a run writing beside it waits at most one of them (the
+writer's busy timeout and retries cover that; store/engine.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from store.engine import write_transaction
+from store.schema import runs, samples
+
+# Pages freed per incremental-vacuum transaction (4 KiB each): a writer waits for one step, not all.
+_VACUUM_STEP_PAGES = 4096
+
+
+@dataclass
+class PruneResult:
+    samples_deleted: int = 0
+    outputs_cleared: int = 0
+    runs_pruned: int = 0
+    reclaimed: str = ""             # how the space was given back
+
+
+def prune(engine: sa.Engine, *, samples_before: dt.datetime | None = None,
+          outputs_before: dt.datetime | None = None) -> PruneResult:
+    """Delete the samples of runs started before `samples_before`, and clear the output text of
+    the samples of runs started before `outputs_before` (their sha256 and length stay); runs still
+    `running` are left alone. Then reclaim the space."""
+    result, touched = PruneResult(), set()
+    if samples_before is not None:
+        for run_id in _finished_runs_before(engine, samples_before):
+            deleted = write_transaction(engine, _delete_samples, run_id)
+            result.samples_deleted += deleted
+            if deleted:
+                touched.add(run_id)
+    if outputs_before is not None:
+        for run_id in _finished_runs_before(engine, outputs_before):
+            cleared = write_transaction(engine, _clear_outputs, run_id)
+            result.outputs_cleared += cleared
+            if cleared:
+                touched.add(run_id)
+    result.runs_pruned = len(touched)
+    if result.samples_deleted or result.outputs_cleared:
+        result.reclaimed = reclaim(engine)
+    return result
+
+
+def _finished_runs_before(engine: sa.Engine, before: dt.datetime) -> list[str]:
+    with engine.connect() as conn:
+        return list(conn.execute(sa.select(runs.c.id).where(runs.c.started_at < before, runs.c.status != "running")
+                                 .order_by(runs.c.started_at)).scalars())
+
+
+def _still_finished(conn: sa.Connection, run_id: str) -> bool:
+    # Checked again inside the write transaction: nothing can start writing to a run that ended.
+    return conn.execute(sa.select(runs.c.status).where(runs.c.id == run_id)).scalar() not in (None, "running")
+
+
+def _delete_samples(conn: sa.Connection, run_id: str) -> int:
+    if not _still_finished(conn, run_id):
+        return 0
+    return conn.execute(samples.delete().where(samples.c.run_id == run_id)).rowcount
+
+
+def _clear_outputs(conn: sa.Connection, run_id: str) -> int:
+    if not _still_finished(conn, run_id):
+        return 0
+    return conn.execute(samples.update().where(samples.c.run_id == run_id, samples.c.output_text.is_not(None))
+                        .values(output_text=None)).rowcount
+
+
+def reclaim(engine: sa.Engine) -> str:
+    """Give freed space back. SQLite: incremental vacuum in small steps (a store created before
+    incremental vacuum was switched on gets one full VACUUM first, which holds the write lock while
+    it copies the database); PostgreSQL: VACUUM, which makes the space reusable without locking."""
+    if engine.dialect.name == "postgresql":
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql("VACUUM (ANALYZE) samples")
+        return "VACUUM samples"
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()   # the driver connection is in autocommit mode (store/engine.py)
+        how = "incremental vacuum"
+        if cursor.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+            cursor.execute("PRAGMA auto_vacuum = INCREMENTAL")
+            cursor.execute("VACUUM")
+            how = "VACUUM (once: incremental vacuum is on from now)"
+        free = cursor.execute("PRAGMA freelist_count").fetchone()[0]
+        while free > 0:
+            cursor.execute(f"PRAGMA incremental_vacuum({_VACUUM_STEP_PAGES})").fetchall()
+            left = cursor.execute("PRAGMA freelist_count").fetchone()[0]
+            if left >= free:
+                break
+            free = left
+        cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        cursor.close()
+    finally:
+        raw.close()
+    return how
+
+
+def size_bytes(engine: sa.Engine) -> int:
+    """The database's size: PostgreSQL's pg_database_size; SQLite's file and its write-ahead log."""
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            return int(conn.execute(sa.text("SELECT pg_database_size(current_database())")).scalar_one())
+    database = Path(engine.url.database or "")
+    return sum(path.stat().st_size for path in (database, Path(f"{database}-wal")) if path.exists())
