@@ -13,6 +13,7 @@ writer's busy timeout and retries cover that; store/engine.py).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,23 +39,27 @@ def prune(engine: sa.Engine, *, samples_before: dt.datetime | None = None,
     """Delete the samples of runs started before `samples_before`, and clear the output text of
     the samples of runs started before `outputs_before` (their sha256 and length stay); runs still
     `running` are left alone. Then reclaim the space."""
-    result, touched = PruneResult(), set()
-    if samples_before is not None:
-        for run_id in _finished_runs_before(engine, samples_before):
-            deleted = write_transaction(engine, _delete_samples, run_id)
-            result.samples_deleted += deleted
-            if deleted:
-                touched.add(run_id)
-    if outputs_before is not None:
-        for run_id in _finished_runs_before(engine, outputs_before):
-            cleared = write_transaction(engine, _clear_outputs, run_id)
-            result.outputs_cleared += cleared
-            if cleared:
-                touched.add(run_id)
-    result.runs_pruned = len(touched)
+    touched: set[str] = set()
+    deleted = _run_by_run(engine, samples_before, _delete_samples, touched)
+    cleared = _run_by_run(engine, outputs_before, _clear_outputs, touched)
+    result = PruneResult(samples_deleted=deleted, outputs_cleared=cleared, runs_pruned=len(touched))
     if result.samples_deleted or result.outputs_cleared:
         result.reclaimed = reclaim(engine)
     return result
+
+
+def _run_by_run(engine: sa.Engine, before: dt.datetime | None, work: Callable[[sa.Connection, str], int],
+                touched: set[str]) -> int:
+    """`work` on each finished run started before `before`, a transaction each; the rows it changed."""
+    if before is None:
+        return 0
+    changed = 0
+    for run_id in _finished_runs_before(engine, before):
+        count = write_transaction(engine, work, run_id)
+        if count:
+            changed += count
+            touched.add(run_id)
+    return changed
 
 
 def _finished_runs_before(engine: sa.Engine, before: dt.datetime) -> list[str]:
