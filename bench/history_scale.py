@@ -315,7 +315,8 @@ class Row:
     cpu_s: float | None = None
 
 
-def bench_backend(backend: str, url: str, workdir: Path, nights: int, targets: int, template: Template) -> list[Row]:
+def bench_backend(backend: str, url: str, workdir: Path, nights: int, targets: int, template: Template,
+                  skip: Sequence[str] = ()) -> list[Row]:
     names = target_names(targets)
     started = time.monotonic()
     write_history(url, nights, targets, template)
@@ -324,6 +325,8 @@ def bench_backend(backend: str, url: str, workdir: Path, nights: int, targets: i
     config = bench_config(workdir, url, names)
     out = workdir / f"out-{backend}"
     for what, argv in commands(config, out, names[0]).items():
+        if any(what.startswith(prefix) for prefix in skip):
+            continue
         found = measure(argv, workdir)
         note = "" if found["exit"] in (0, 1) else f"exit {found['exit']}: {found['stderr'].strip()[-200:]}"
         if what == "post-run evaluation" and not note:
@@ -357,7 +360,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--targets", type=int, default=20)
     parser.add_argument("--backends", default="sqlite,postgresql", help="sqlite, postgresql or both")
     parser.add_argument("--template", help="store URL holding a complete nightly run (default: run one now)")
-    parser.add_argument("--workdir", type=Path, help="keep the stores here (default: a temporary directory)")
+    parser.add_argument("--workdir", type=Path, help="keep the stores here (default: a temporary directory); "
+                        "a store there already holding some nights gets only the missing ones")
+    parser.add_argument("--skip", action="append", default=[], metavar="PREFIX",
+                        help="leave out the commands whose row starts with this (e.g. report); repeatable")
     args = parser.parse_args(argv)
     if args.nights < 1 or args.targets < 1:
         parser.error("--nights and --targets must be at least 1")
@@ -381,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cluster = PostgresCluster()
                 cluster.start()
                 url = cluster.create_database("history_scale")
-            rows += bench_backend(backend, url, workdir, args.nights, args.targets, template)
+            rows += bench_backend(backend, url, workdir, args.nights, args.targets, template, args.skip)
     finally:
         if cluster is not None:
             cluster.stop()

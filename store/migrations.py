@@ -248,7 +248,7 @@ def _m008_run_site_batch(conn: sa.Connection) -> None:
 def _m009_history_indexes(conn: sa.Connection) -> None:
     """Indexes that match how a long history is read: runs by start time (every --since), samples
     and metrics by run and target (a report section, a drift baseline, the sample counts of
-    `prober runs` from the index alone), metrics by name and target (`prober history`). The
+    `prober runs` from the index alone), metrics by run and name (`prober history`, run by run). The
     run-only indexes of version 1 are prefixes of the new ones, so they go."""
     md = sa.MetaData()
     runs = sa.Table("runs", md, sa.Column("started_at", UTCDateTime))
@@ -261,7 +261,7 @@ def _m009_history_indexes(conn: sa.Connection) -> None:
     sa.Index("ix_runs_started_at", runs.c.started_at).create(conn)
     sa.Index("ix_samples_run_target", samples.c.run_id, samples.c.target, samples.c.error_type).create(conn)
     sa.Index("ix_metrics_run_target", metrics.c.run_id, metrics.c.target, metrics.c.entry).create(conn)
-    sa.Index("ix_metrics_name_target", metrics.c.name, metrics.c.target, metrics.c.run_id).create(conn)
+    sa.Index("ix_metrics_run_name", metrics.c.run_id, metrics.c.name, metrics.c.target).create(conn)
 
 
 # Append new migrations here; never edit or reorder the ones above.

@@ -102,7 +102,7 @@ metrics = sa.Table(
     # why the row must never be judged, e.g. ["interval_unbounded"]; NULL when it may be
     sa.Column("flags", JSONColumn()),
     sa.Index("ix_metrics_run_target", "run_id", "target", "entry"),
-    sa.Index("ix_metrics_name_target", "name", "target", "run_id"),
+    sa.Index("ix_metrics_run_name", "run_id", "name", "target"),
 )
 
 TARGET_STATUSES = ("running", "complete", "failed", "interrupted")

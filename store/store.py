@@ -552,7 +552,8 @@ class Store:
             query = query.where(sa.or_(*(sa.and_(metrics.c.run_id == run, metrics.c.target == target_name)
                                          for (target_name, _), run in pairs.items())))
         with self._engine.connect() as conn:
-            return [dict(row._mapping) for row in conn.execute(query)]
+            # One metric's rows, run by run (through the run-and-name index), even over all history.
+            return _read_window(conn, query, metrics, since, every_run=name is not None)
 
     def sample_history(self, *, since: dt.datetime | None = None, target: str | None = None,
                        suite: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
@@ -562,7 +563,23 @@ class Store:
                  .order_by(runs.c.started_at, runs.c.id, samples.c.id))
         query = _across_runs(query, samples, since, target, suite, run_id, None)
         with self._engine.connect() as conn:
-            return [dict(row._mapping) for row in conn.execute(query)]
+            return _read_window(conn, query, samples, since)
+
+
+def _read_window(conn: sa.Connection, query: sa.Select[Any], table: sa.Table,
+                 since: dt.datetime | None, every_run: bool = False) -> list[dict[str, Any]]:
+    """The rows of `query` (ordered by run start, run id, then row). With `since`: the window's runs
+    first (index on start time), then each run's rows by run id. One query joining the window to
+    the table leaves the plan to the database, and PostgreSQL scans the whole table whenever it
+    guesses the window holds a tenth of it; run by run, every read is an index lookup. `every_run`:
+    run by run over all history too (a few rows of each run are wanted)."""
+    if since is None and not every_run:
+        return [dict(row._mapping) for row in conn.execute(query)]
+    window = sa.select(runs.c.id).order_by(runs.c.started_at, runs.c.id)
+    if since is not None:
+        window = window.where(runs.c.started_at >= since)
+    run_ids = conn.execute(window).scalars().all()
+    return [dict(row._mapping) for run_id in run_ids for row in conn.execute(query.where(table.c.run_id == run_id))]
 
 
 def _across_runs(query: sa.Select[Any], table: sa.Table, since: dt.datetime | None, target: str | None,

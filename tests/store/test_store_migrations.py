@@ -56,7 +56,7 @@ def test_new_database_gets_the_whole_schema(store_url):
                                             "ix_runs_started_at": ["started_at"]}
         assert _indexes(engine, "samples") == {"ix_samples_run_target": ["run_id", "target", "error_type"]}
         assert _indexes(engine, "metrics") == {"ix_metrics_run_target": ["run_id", "target", "entry"],
-                                               "ix_metrics_name_target": ["name", "target", "run_id"]}
+                                               "ix_metrics_run_name": ["run_id", "name", "target"]}
         assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial"), (2, "m002_alerts"),
                                                                (3, "m003_sample_service_tier"), (4, "m004_run_lease"),
                                                                (5, "m005_run_provenance"), (6, "m006_store_identity"),
