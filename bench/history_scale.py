@@ -334,6 +334,8 @@ def bench_backend(backend: str, url: str, workdir: Path, nights: int, targets: i
             note = (f"evaluation alone {inner['evaluate_s']:.2f} s, {inner['evaluate_cpu_s']:.2f} s CPU "
                     f"(after imports); {inner['checked']} checks, {inner['resets']} baseline resets")
         rows.append(Row(backend, what, found["wall_s"], found["rss_mb"], note, found["cpu_s"]))
+        print(f"{backend} {what}: {found['wall_s']:.2f} s, {found['cpu_s']:.2f} s CPU, {found['rss_mb']:.0f} MB {note}",
+              file=sys.stderr, flush=True)
     size = store_bytes(url)
     rows.append(Row(backend, "store size", None, None, f"{size / 1e6:,.0f} MB, {size / 1e6 / nights:.2f} MB/night"))
     pruned = measure([sys.executable, "-m", "prober.cli", "prune", "--config", str(config)], workdir)

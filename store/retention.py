@@ -24,6 +24,8 @@ from store.schema import runs, samples
 
 # Pages freed per incremental-vacuum transaction (4 KiB each): a writer waits for one step, not all.
 _VACUUM_STEP_PAGES = 4096
+# More of the file free than this after a prune (the first prune of a long history): one VACUUM.
+_FULL_VACUUM_SHARE = 0.1
 
 
 @dataclass
@@ -87,9 +89,10 @@ def _clear_outputs(conn: sa.Connection, run_id: str) -> int:
 
 
 def reclaim(engine: sa.Engine) -> str:
-    """Give freed space back. SQLite: incremental vacuum in small steps (a store created before
-    incremental vacuum was switched on gets one full VACUUM first, which holds the write lock while
-    it copies the database); PostgreSQL: VACUUM, which makes the space reusable without locking."""
+    """Give freed space back. SQLite: incremental vacuum in small steps when a little was freed (a
+    daily prune); a full VACUUM, which holds the write lock while it copies the live part of the
+    database, when more than a tenth of the file is free or the store was made before incremental
+    vacuum was switched on. PostgreSQL: VACUUM, which makes the space reusable without locking."""
     if engine.dialect.name == "postgresql":
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.exec_driver_sql("VACUUM (ANALYZE) samples")
@@ -98,11 +101,15 @@ def reclaim(engine: sa.Engine) -> str:
     try:
         cursor = raw.cursor()   # the driver connection is in autocommit mode (store/engine.py)
         how = "incremental vacuum"
-        if cursor.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+        free = cursor.execute("PRAGMA freelist_count").fetchone()[0]
+        pages = cursor.execute("PRAGMA page_count").fetchone()[0]
+        if cursor.execute("PRAGMA auto_vacuum").fetchone()[0] != 2 or free > _FULL_VACUUM_SHARE * pages:
+            # Incremental vacuum moves pages one by one (measured: about a hundred a second on a
+            # busy machine); rewriting the live part of the file is far faster when much was freed.
             cursor.execute("PRAGMA auto_vacuum = INCREMENTAL")
             cursor.execute("VACUUM")
-            how = "VACUUM (once: incremental vacuum is on from now)"
-        free = cursor.execute("PRAGMA freelist_count").fetchone()[0]
+            how = "VACUUM"
+            free = 0
         while free > 0:
             cursor.execute(f"PRAGMA incremental_vacuum({_VACUUM_STEP_PAGES})").fetchall()
             left = cursor.execute("PRAGMA freelist_count").fetchone()[0]
