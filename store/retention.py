@@ -45,8 +45,8 @@ def prune(engine: sa.Engine, *, samples_before: dt.datetime | None = None,
     deleted = _run_by_run(engine, samples_before, _delete_samples, touched)
     cleared = _run_by_run(engine, outputs_before, _clear_outputs, touched)
     result = PruneResult(samples_deleted=deleted, outputs_cleared=cleared, runs_pruned=len(touched))
-    if result.samples_deleted or result.outputs_cleared:
-        result.reclaimed = reclaim(engine)
+    # Also when nothing was deleted now: an earlier prune may have been stopped before it reclaimed.
+    result.reclaimed = reclaim(engine)
     return result
 
 
@@ -103,6 +103,8 @@ def reclaim(engine: sa.Engine) -> str:
         how = "incremental vacuum"
         free = cursor.execute("PRAGMA freelist_count").fetchone()[0]
         pages = cursor.execute("PRAGMA page_count").fetchone()[0]
+        if free == 0:
+            how = ""                                    # nothing to give back
         if cursor.execute("PRAGMA auto_vacuum").fetchone()[0] != 2 or free > _FULL_VACUUM_SHARE * pages:
             # Incremental vacuum moves pages one by one (measured: about a hundred a second on a
             # busy machine); rewriting the live part of the file is far faster when much was freed.
