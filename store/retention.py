@@ -46,7 +46,7 @@ def prune(engine: sa.Engine, *, samples_before: dt.datetime | None = None,
     cleared = _run_by_run(engine, outputs_before, _clear_outputs, touched)
     result = PruneResult(samples_deleted=deleted, outputs_cleared=cleared, runs_pruned=len(touched))
     # Also when nothing was deleted now: an earlier prune may have been stopped before it reclaimed.
-    result.reclaimed = reclaim(engine)
+    result.reclaimed = reclaim(engine, freed_rows=deleted)
     return result
 
 
@@ -88,15 +88,19 @@ def _clear_outputs(conn: sa.Connection, run_id: str) -> int:
                         .values(output_text=None)).rowcount
 
 
-def reclaim(engine: sa.Engine) -> str:
+def reclaim(engine: sa.Engine, freed_rows: int = 0) -> str:
     """Give freed space back. SQLite: incremental vacuum in small steps when a little was freed (a
     daily prune); a full VACUUM, which holds the write lock while it copies the live part of the
     database, when more than a tenth of the file is free or the store was made before incremental
-    vacuum was switched on. PostgreSQL: VACUUM, which makes the space reusable without locking."""
+    vacuum was switched on. PostgreSQL: VACUUM, which makes the space reusable by new rows without
+    locking; VACUUM FULL, which returns it to the disk and locks the table while it rewrites it (a
+    run writing samples waits), when `freed_rows` is more than a tenth of the table."""
     if engine.dialect.name == "postgresql":
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.exec_driver_sql("VACUUM (ANALYZE) samples")
-        return "VACUUM samples"
+            left = conn.execute(sa.select(sa.func.count()).select_from(samples)).scalar_one()
+            full = freed_rows > _FULL_VACUUM_SHARE * (left + freed_rows)
+            conn.exec_driver_sql(f"VACUUM ({'FULL, ' if full else ''}ANALYZE) samples")
+        return "VACUUM FULL samples" if full else "VACUUM samples"
     raw = engine.raw_connection()
     try:
         cursor = raw.cursor()   # the driver connection is in autocommit mode (store/engine.py)
