@@ -295,15 +295,18 @@ def history(
     labels: Annotated[list[str] | None, typer.Option("--labels", "-l", help="KEY=VALUE label filter; "
                                                         "repeatable or comma-separated")] = None,
     since: SinceOption = None,
+    every_run: Annotated[bool, typer.Option("--all", help="a row per run even over a long window (default: "
+                                            "more than 100 values are summarized per week)")] = False,
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
-    """Print a metric's values over time, oldest run first.
+    """Print a metric's values over time, oldest run first; over a long window one row per week
+    (min, median, max) unless --all.
 
     Example: prober history --metric ttft_p50_ms --target local --labels concurrency=16
     """
     from reports.collect import parse_since
-    from reports.history import metric_over_time, parse_label_filters
+    from reports.history import SUMMARIZE_ABOVE, metric_over_time, parse_label_filters
     from reports.svg import interval_text
 
     cfg = _config(config, db)
@@ -314,6 +317,11 @@ def history(
         rows = metric_over_time(store, metric, target=target, suite=suite, labels=wanted, since=start)
     finally:
         store.close()
+    if not every_run and len(rows) > SUMMARIZE_ABOVE:
+        from prober.commands.history import print_weekly
+
+        print_weekly(out, metric, rows)
+        return
     # 80 columns: a column whose value is the same on every row (one target, one suite) moves into
     # the title; words wrap, and the interval wraps at its " .. ".
     headers = {"suite": "suite", "target": "target", "run_site": "site", "unit": "unit", "run_status": "run status"}
@@ -418,7 +426,8 @@ def export(
         if fmt == "prometheus":
             from prober.alerting.verdicts import ReportVerdicts
 
-            rows = store.metric_history(since=start, run_id=run_id, target=target)
+            # Only the rows of each target's newest complete run, however long the history.
+            rows = store.metric_history(pairs=store.latest_complete_runs(since=start, target=target, run_id=run_id))
             text = exposition(rows, runs=recent_runs(store, since=start, run_id=run_id, target=target),
                               alerts=store.alerts(), verdicts=ReportVerdicts(cfg.slo))
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -435,6 +444,26 @@ def export(
         store.close()
     for path in written:
         out.print(escape(str(path)), soft_wrap=True)
+
+
+@app.command()
+def prune(
+    samples_older_than: Annotated[str | None, typer.Option("--samples-older-than", help="drop the samples of "
+                                                           "runs started longer ago than this (e.g. 90d)")] = None,
+    outputs_older_than: Annotated[str | None, typer.Option("--outputs-older-than", help="clear only the output "
+                                                           "text of samples older than this (e.g. 30d)")] = None,
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Drop raw samples (or only their output text) past an age; runs and metrics are kept for
+    ever. Without flags, applies [retention] from prober.toml (default: samples older than 14 days).
+    Safe while a run writes: a running run is never touched.
+
+    Example: prober prune --samples-older-than 90d --outputs-older-than 30d
+    """
+    from prober.commands.prune import prune_command
+
+    prune_command(_config(config, db), out, err, samples_older_than, outputs_older_than)
 
 
 @app.command()

@@ -69,7 +69,7 @@ def host_calibration(store: Store, run_id: str) -> Calibration | None:
     run = store.get_run(run_id)
     if run is None or run.get("suite") == CALIBRATION_SUITE:
         return None
-    candidates = [r for r in store.list_runs(limit=_SEARCHED_RUNS, suite=CALIBRATION_SUITE)
+    candidates = [r for r in store.list_runs(limit=_SEARCHED_RUNS, suite=CALIBRATION_SUITE, counts=False)
                   if r.get("host") == run.get("host") and r.get("status") == "complete"]
     if not candidates:
         return None

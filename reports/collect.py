@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prober.core.config import SloRule
+from prober.core.durations import parse_duration
 from prober.core.errors import ConfigError
 from prober.core.records import labels_key, utcnow
 from reports.calibration import Overhead, host_calibration
@@ -30,18 +31,15 @@ from reports.plots import MetricSeries, Plot, point, suite_plots, trend_plots
 from reports.run_lines import provenance_lines
 from store import Store
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*$")
-_UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
 
 def parse_since(text: str | None, now: dt.datetime | None = None) -> dt.datetime | None:
     """`30d`, `12h`, `2w`, `90m` before now, or an ISO date/time (UTC unless it says otherwise)."""
     if not text:
         return None
     now = now or utcnow()
-    match = _DURATION.match(text)
-    if match:
-        return now - dt.timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+    period = parse_duration(text)
+    if period is not None:
+        return now - period
     try:
         when = dt.datetime.fromisoformat(text.strip())
     except ValueError:

@@ -20,6 +20,7 @@ import csv
 import datetime as dt
 import json
 import math
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -54,18 +55,30 @@ def _csv_cell(value: Any) -> Any:
     return spreadsheet_safe(value)
 
 
-def _write_csv(columns: dict[str, list[Any]], path: Path) -> None:
-    with path.open("w", newline="", encoding="utf-8") as file:
-        writer = csv.writer(file)
-        writer.writerow(columns)
-        writer.writerows(zip(*([_csv_cell(value) for value in values] for values in columns.values())))
-
-
 def _write_parquet(columns: dict[str, list[Any]], path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table(columns), path)
+
+
+def _csv_row(row: dict[str, Any], names: list[str]) -> list[Any]:
+    cells = (row.get(name) for name in names)
+    return [_csv_cell(json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value)
+            for value in cells]
+
+
+def _stream_csv(rows: Iterable[dict[str, Any]], path: Path) -> None:
+    """Rows straight to CSV as they are read (every row of a table has the same keys): the samples
+    of a week of a fleet never sit in memory at once."""
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        names: list[str] | None = None
+        for row in rows:
+            if names is None:
+                names = list(row)
+                writer.writerow(names)
+            writer.writerow(_csv_row(row, names))
 
 
 def export_tables(store: Store, fmt: str, out_dir: Path, *, since: dt.datetime | None = None,
@@ -75,13 +88,14 @@ def export_tables(store: Store, fmt: str, out_dir: Path, *, since: dt.datetime |
         require_extra("pyarrow", "parquet", "Parquet export needs")
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, rows in (("samples", store.sample_history(since=since, run_id=run_id, target=target)),
-                       ("metrics", store.metric_history(since=since, run_id=run_id, target=target))):
-        columns = _columns(rows)
+    tables: tuple[tuple[str, Callable[[], Iterable[dict[str, Any]]]], ...] = (
+        ("samples", lambda: store.iter_sample_history(since=since, run_id=run_id, target=target)),
+        ("metrics", lambda: store.metric_history(since=since, run_id=run_id, target=target)))
+    for name, read in tables:
         path = out_dir / f"{name}.{fmt}"
         if fmt == "csv":
-            _write_csv(columns, path)
+            _stream_csv(read(), path)
         else:
-            _write_parquet(columns, path)
+            _write_parquet(_columns(list(read())), path)
         written.append(path.resolve())
     return written

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
+import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from prober.core.errors import ConfigError
@@ -40,3 +43,50 @@ def metric_over_time(store: Store, metric: str, *, target: str | None = None, su
         shown = "; ".join(part for part in filters if part)
         raise ConfigError(f"no stored values of metric {metric!r}{f' ({shown})' if shown else ''} in {store.url}")
     return rows
+
+
+# More rows than this and `prober history` shows one row per week (min, median, max) unless --all.
+SUMMARIZE_ABOVE = 100
+
+
+@dataclass
+class WeekSummary:
+    """One ISO week of one series (suite, target, labels): the values of its complete runs."""
+
+    week: dt.date                      # the Monday the week starts on (UTC)
+    suite: str
+    target: str
+    labels: str
+    unit: str | None
+    runs: int = 0
+    values: list[float] = field(default_factory=list)
+    not_complete: int = 0              # runs of the week whose target did not complete: not summarized
+
+    @property
+    def low(self) -> float | None:
+        return min(self.values) if self.values else None
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.values) if self.values else None
+
+    @property
+    def high(self) -> float | None:
+        return max(self.values) if self.values else None
+
+
+def weekly(rows: Sequence[dict[str, Any]]) -> list[WeekSummary]:
+    """metric_over_time rows as one summary per week and series, oldest week first."""
+    weeks: dict[tuple[Any, ...], WeekSummary] = {}
+    for row in rows:
+        started = row["run_started_at"].astimezone(dt.UTC).date()
+        monday = started - dt.timedelta(days=started.weekday())
+        labels = ", ".join(f"{k}={v}" for k, v in sorted((row.get("labels") or {}).items()))
+        key = (monday, row["suite"], row["target"], labels, row.get("unit"))
+        week = weeks.setdefault(key, WeekSummary(*key))
+        week.runs += 1
+        if row["run_status"] != "complete":
+            week.not_complete += 1
+        elif isinstance(row.get("value"), (int, float)) and math.isfinite(row["value"]):
+            week.values.append(float(row["value"]))
+    return sorted(weeks.values(), key=lambda w: (w.week, w.suite, w.target, w.labels))

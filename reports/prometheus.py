@@ -108,8 +108,8 @@ RECENT_RUNS = 500
 def recent_runs(store: Store, *, since: dt.datetime | None = None, run_id: str | None = None,
                 target: str | None = None) -> list[dict[str, Any]]:
     """The newest RECENT_RUNS runs (list_runs rows) within the export's filters."""
-    return [run for run in store.list_runs(limit=RECENT_RUNS, target=target)
-            if (since is None or run["started_at"] >= since) and (run_id is None or run["id"] == run_id)]
+    return [run for run in store.list_runs(limit=RECENT_RUNS, target=target, since=since, counts=False)
+            if run_id is None or run["id"] == run_id]
 
 
 # (target, suite, site): what a latest run is the latest of; two sites' runs never hide each other.

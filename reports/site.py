@@ -75,8 +75,7 @@ def write_site(store: Store, verdicts: Verdicts, report: Report, out_dir: Path) 
     """Write (or rewrite) the site of `report` (collected over the window) into out_dir, with a
     page for each run in its window; the path of its index.html."""
     since, target, batch = report.since, report.target, report.batch
-    runs = [run for run in store.list_runs(limit=MAX_RUNS, target=target, batch=batch)
-            if since is None or run["started_at"] >= since]
+    runs = store.list_runs(limit=MAX_RUNS, target=target, batch=batch, since=since)
     pages = out_dir / "runs"
     pages.mkdir(parents=True, exist_ok=True)
     written = set()

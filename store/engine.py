@@ -98,6 +98,10 @@ def _configure_sqlite(engine: sa.Engine, busy_timeout: float) -> None:
         cursor = dbapi_conn.cursor()
         try:
             cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            # A new database frees pages that `prober prune` emptied a few at a time (incremental
+            # vacuum) instead of needing a VACUUM that locks out writers; on a database that already
+            # has tables this only takes effect at the next VACUUM (store/retention.py runs one).
+            cursor.execute("PRAGMA auto_vacuum = INCREMENTAL")
             _enable_wal(cursor, busy_timeout)
             # In WAL mode NORMAL survives any process crash (SIGKILL included); only a power loss
             # can take back the last commits.

@@ -245,6 +245,25 @@ def _m008_run_site_batch(conn: sa.Connection) -> None:
         conn.execute(runs.update().where(runs.c.id == run_id).values(site=default_site(host)))
 
 
+def _m009_history_indexes(conn: sa.Connection) -> None:
+    """Indexes that match how a long history is read: runs by start time (every --since), samples
+    and metrics by run and target (a report section, a drift baseline, the sample counts of
+    `prober runs` from the index alone), metrics by run and name (`prober history`, run by run). The
+    run-only indexes of version 1 are prefixes of the new ones, so they go."""
+    md = sa.MetaData()
+    runs = sa.Table("runs", md, sa.Column("started_at", UTCDateTime))
+    samples = sa.Table("samples", md, sa.Column("run_id", sa.Text), sa.Column("target", sa.Text),
+                       sa.Column("error_type", sa.Text))
+    metrics = sa.Table("metrics", md, sa.Column("run_id", sa.Text), sa.Column("target", sa.Text),
+                       sa.Column("entry", sa.Text), sa.Column("name", sa.Text))
+    sa.Index("ix_samples_run_id", samples.c.run_id).drop(conn)
+    sa.Index("ix_metrics_run_id", metrics.c.run_id).drop(conn)
+    sa.Index("ix_runs_started_at", runs.c.started_at).create(conn)
+    sa.Index("ix_samples_run_target", samples.c.run_id, samples.c.target, samples.c.error_type).create(conn)
+    sa.Index("ix_metrics_run_target", metrics.c.run_id, metrics.c.target, metrics.c.entry).create(conn)
+    sa.Index("ix_metrics_run_name", metrics.c.run_id, metrics.c.name, metrics.c.target).create(conn)
+
+
 # Append new migrations here; never edit or reorder the ones above.
 MIGRATIONS: list[Migration] = [
     _m001_initial,
@@ -255,6 +274,7 @@ MIGRATIONS: list[Migration] = [
     _m006_store_identity,
     _m007_metric_flags,
     _m008_run_site_batch,
+    _m009_history_indexes,
 ]
 
 

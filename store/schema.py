@@ -36,6 +36,7 @@ runs = sa.Table(
     sa.Column("site", sa.Text),       # where it ran from (prober.toml `site`, PROBER_SITE, the host)
     sa.Column("batch", sa.Text),      # the scheduled night a sharded fleet run belongs to
     sa.Index("ix_runs_suite_started_at", "suite", "started_at"),
+    sa.Index("ix_runs_started_at", "started_at"),
 )
 
 samples = sa.Table(
@@ -80,7 +81,8 @@ samples = sa.Table(
     sa.Column("extra", JSONColumn()),
     sa.Column("service_tier", sa.Text),
     sa.Column("entry", sa.Text),      # the suite entry (suites.loader.SuiteEntry.id) that sent it
-    sa.Index("ix_samples_run_id", "run_id"),
+    # error_type too: a run's sample and error counts come from the index alone
+    sa.Index("ix_samples_run_target", "run_id", "target", "error_type"),
 )
 
 metrics = sa.Table(
@@ -99,7 +101,8 @@ metrics = sa.Table(
     sa.Column("entry", sa.Text),
     # why the row must never be judged, e.g. ["interval_unbounded"]; NULL when it may be
     sa.Column("flags", JSONColumn()),
-    sa.Index("ix_metrics_run_id", "run_id"),
+    sa.Index("ix_metrics_run_target", "run_id", "target", "entry"),
+    sa.Index("ix_metrics_run_name", "run_id", "name", "target"),
 )
 
 TARGET_STATUSES = ("running", "complete", "failed", "interrupted")

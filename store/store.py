@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -20,6 +20,7 @@ from prober.core.records import Metric, Run, SampleRow, utcnow
 from prober.core.redact import redact_text, redact_value
 from store.engine import open_engine, redacted, write_transaction
 from store.migrations import migrate
+from store.retention import PruneResult, prune, size_bytes
 from store.rows import metric_row, run_row
 from store.schema import (
     ALERT_STATES,
@@ -245,18 +246,22 @@ class Store:
             ordered = query.order_by(run_entries.c.target, run_entries.c.entry)
             return [dict(row._mapping) for row in conn.execute(ordered)]
 
-    def list_runs(self, limit: int = 20, suite: str | None = None, target: str | None = None,
-                  site: str | None = None, batch: str | None = None) -> list[dict[str, Any]]:
-        """Newest first, each with `sample_count`, `error_count` (samples with an error type) and
-        `target_status` (see `_add_target_status`).
+    def list_runs(self, limit: int = 20, suite: str | None = None, target: str | None = None, *,
+                  site: str | None = None, batch: str | None = None, since: dt.datetime | None = None,
+                  counts: bool = True) -> list[dict[str, Any]]:
+        """Newest first, each with `target_status` (see `_add_target_status`) and, unless `counts`
+        is False, `sample_count` and `error_count` (samples with an error type).
 
         With `target`, only runs that list the target or have samples from it; with `site` or
-        `batch`, only the runs that probed from that site or belong to that batch.
+        `batch`, only the runs that probed from that site or belong to that batch; with `since`,
+        only runs started at or after it.
         """
         query = sa.select(runs).order_by(runs.c.started_at.desc(), runs.c.id.desc())
         if suite is not None:
             query = query.where(runs.c.suite == suite)
         query = _placed(query, site, batch)
+        if since is not None:
+            query = query.where(runs.c.started_at >= since)
         found: list[dict[str, Any]] = []
         with self._engine.connect() as conn:
             if target is None:
@@ -275,9 +280,82 @@ class Store:
                     found.extend(run for run in page
                                  if target in (run["targets"] or []) or run["id"] in sampled)
                 found = found[:limit]
-            _add_counts(conn, found)
+            if counts:
+                _add_counts(conn, found)
             _add_target_status(conn, found)
         return found
+
+    def completed_runs(self, suite: str, target: str, before: dt.datetime, limit: int, *,
+                       site: str | None = None) -> list[dict[str, Any]]:
+        """Up to `limit` runs of `suite` (from `site`, where given) started before `before` in which
+        `target` completed, newest first, each with `target_status`: the candidates of a drift
+        baseline. Reads runs and their targets' statuses, never a sample (a run stored before
+        per-target status counts when the run completed and lists the target)."""
+        own = run_targets.alias("own")
+        query = (sa.select(runs).outerjoin(own, sa.and_(own.c.run_id == runs.c.id, own.c.target == target))
+                 .where(runs.c.suite == suite, runs.c.started_at < before,
+                        sa.func.coalesce(own.c.status, runs.c.status) == "complete")
+                 .order_by(runs.c.started_at.desc(), runs.c.id.desc()))
+        query = _placed(query, site, None)
+        found: list[dict[str, Any]] = []
+        offset = 0
+        with self._engine.connect() as conn:
+            while len(found) < limit:
+                size = min(_LIST_PAGE, max(limit - len(found), 1))   # never read far past what is asked
+                page = [dict(row._mapping) for row in conn.execute(query.limit(size).offset(offset))]
+                if not page:
+                    break
+                offset += len(page)
+                _add_target_status(conn, page)
+                found += [run for run in page if _completed(run, target)]
+        return found[:limit]
+
+    def entries_of_runs(self, run_ids: Sequence[str], target: str) -> dict[str, dict[str, dict[str, Any]]]:
+        """run id -> suite entry -> its run_entries row on `target`, for many runs in one query."""
+        found: dict[str, dict[str, dict[str, Any]]] = {run_id: {} for run_id in run_ids}
+        with self._engine.connect() as conn:
+            for chunk in _chunks(list(run_ids)):
+                for row in conn.execute(sa.select(run_entries).where(run_entries.c.run_id.in_(chunk),
+                                                                     run_entries.c.target == target)
+                                        .order_by(run_entries.c.entry)):
+                    found[row.run_id][row.entry] = dict(row._mapping)
+        return found
+
+    def metrics_of_runs(self, run_ids: Sequence[str], target: str) -> list[dict[str, Any]]:
+        """The metric rows of `target` in these runs (through the run-and-target index), by run then id."""
+        rows: list[dict[str, Any]] = []
+        with self._engine.connect() as conn:
+            for chunk in _chunks(list(run_ids)):
+                result = conn.execute(sa.select(metrics).where(metrics.c.run_id.in_(chunk), metrics.c.target == target)
+                                      .order_by(metrics.c.run_id, metrics.c.id))
+                names = list(result.keys())      # once, not per row: a baseline is a quarter million rows
+                rows += [dict(zip(names, row, strict=True)) for row in result]
+        return rows
+
+    def latest_complete_runs(self, *, since: dt.datetime | None = None, target: str | None = None,
+                             run_id: str | None = None) -> dict[tuple[str, str, str], str]:
+        """(target, suite, site) -> id of the newest run from that site in which that target
+        completed. Reads the runs and their targets' statuses (a few rows a run), never metrics or
+        samples."""
+        query = (sa.select(runs.c.id, runs.c.suite, runs.c.site, runs.c.status, runs.c.targets, run_targets.c.target,
+                           run_targets.c.status.label("target_status"))
+                 .outerjoin(run_targets, run_targets.c.run_id == runs.c.id)
+                 .order_by(runs.c.started_at.desc(), runs.c.id.desc()))
+        if since is not None:
+            query = query.where(runs.c.started_at >= since)
+        if run_id is not None:
+            query = query.where(runs.c.id == run_id)
+        latest: dict[tuple[str, str, str], str] = {}
+        with self._engine.connect() as conn:
+            for row in conn.execute(query):
+                if row.target is not None:          # per-target status recorded
+                    done = [row.target] if row.target_status == "complete" else []
+                else:                               # a run from before it was
+                    done = list(row.targets or []) if row.status == "complete" else []
+                for name in done:
+                    if target is None or name == target:
+                        latest.setdefault((name, row.suite, row.site or ""), row.id)
+        return latest
 
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         """The run with this id, or with this unique id prefix; None if there is none.
@@ -439,15 +517,29 @@ class Store:
 
         write_transaction(self._engine, work)
 
+    # -- retention (store/retention.py) -------------------------------------------------------
+
+    def prune(self, *, samples_before: dt.datetime | None = None,
+              outputs_before: dt.datetime | None = None) -> PruneResult:
+        """Drop the samples (or only their output text) of finished runs started before these
+        times; runs and metrics stay. Safe beside a running run."""
+        return prune(self._engine, samples_before=samples_before, outputs_before=outputs_before)
+
+    def size_bytes(self) -> int:
+        """The database's size on disk."""
+        return size_bytes(self._engine)
+
     # -- across runs (reports, history, export) ---------------------------------------------
 
     def metric_history(self, *, since: dt.datetime | None = None, target: str | None = None,
                        suite: str | None = None, name: str | None = None, run_id: str | None = None,
                        statuses: Sequence[str] | None = None, site: str | None = None,
-                       batch: str | None = None) -> list[dict[str, Any]]:
+                       batch: str | None = None,
+                       pairs: Mapping[tuple[str, str, str], str] | None = None) -> list[dict[str, Any]]:
         """Metric rows across runs, oldest run first, each with its run's `suite`, `run_started_at`,
         `run_finished_at`, `run_status`, `run_site` and `run_batch`. `since` keeps runs started at
-        or after it; `site` and `batch` the runs of that site or batch.
+        or after it; `site` and `batch` the runs of that site or batch; `pairs` ((target, suite,
+        site) -> run id, as `latest_complete_runs` gives) only those targets' rows of those runs.
 
         `run_status` is the row's target's own status in the run where one was recorded: in a run
         where another target failed, this target's metrics are those of a complete run."""
@@ -464,18 +556,54 @@ class Store:
             query = query.where(own_status.in_(list(statuses)))
         if name is not None:
             query = query.where(metrics.c.name == name)
+        if pairs is not None:
+            if not pairs:
+                return []
+            query = query.where(sa.or_(*(sa.and_(metrics.c.run_id == run, metrics.c.target == target_name)
+                                         for (target_name, _, _), run in pairs.items())))
         with self._engine.connect() as conn:
-            return [dict(row._mapping) for row in conn.execute(query)]
+            # One metric's rows, run by run (through the run-and-name index), even over all history.
+            return _read_window(conn, query, metrics, since, every_run=name is not None)
 
     def sample_history(self, *, since: dt.datetime | None = None, target: str | None = None,
                        suite: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
         """Sample rows across runs, oldest run first, each with its run's `suite` and `run_site`."""
+        return list(self.iter_sample_history(since=since, target=target, suite=suite, run_id=run_id))
+
+    def iter_sample_history(self, *, since: dt.datetime | None = None, target: str | None = None,
+                            suite: str | None = None, run_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """As `sample_history`, a run at a time: a week of a fleet's samples is hundreds of MB as dicts."""
         query = (sa.select(samples, runs.c.suite, runs.c.site.label("run_site"))
                  .join(runs, runs.c.id == samples.c.run_id)
                  .order_by(runs.c.started_at, runs.c.id, samples.c.id))
         query = _across_runs(query, samples, since, target, suite, run_id, None)
         with self._engine.connect() as conn:
-            return [dict(row._mapping) for row in conn.execute(query)]
+            if since is None:
+                yield from (dict(row._mapping) for row in conn.execute(query))
+                return
+            for window_run in _window_runs(conn, since):
+                yield from (dict(row._mapping) for row in conn.execute(query.where(samples.c.run_id == window_run)))
+
+
+def _read_window(conn: sa.Connection, query: sa.Select[Any], table: sa.Table,
+                 since: dt.datetime | None, every_run: bool = False) -> list[dict[str, Any]]:
+    """The rows of `query` (ordered by run start, run id, then row). With `since`: the window's runs
+    first (index on start time), then each run's rows by run id. One query joining the window to
+    the table leaves the plan to the database, and PostgreSQL scans the whole table whenever it
+    guesses the window holds a tenth of it; run by run, every read is an index lookup. `every_run`:
+    run by run over all history too (a few rows of each run are wanted)."""
+    if since is None and not every_run:
+        return [dict(row._mapping) for row in conn.execute(query)]
+    return [dict(row._mapping) for run_id in _window_runs(conn, since)
+            for row in conn.execute(query.where(table.c.run_id == run_id))]
+
+
+def _window_runs(conn: sa.Connection, since: dt.datetime | None) -> list[str]:
+    """The ids of the runs started at or after `since` (all when None), oldest first."""
+    window = sa.select(runs.c.id).order_by(runs.c.started_at, runs.c.id)
+    if since is not None:
+        window = window.where(runs.c.started_at >= since)
+    return list(conn.execute(window).scalars())
 
 
 def _across_runs(query: sa.Select[Any], table: sa.Table, since: dt.datetime | None, target: str | None,
@@ -502,6 +630,23 @@ def _placed(query: sa.Select[Any], site: str | None, batch: str | None) -> sa.Se
     if batch is not None:
         query = query.where(runs.c.batch == batch)
     return query
+
+
+# Values bound in one IN (...): well under SQLite's limit on bound parameters.
+_IN_CHUNK = 500
+
+
+def _chunks(values: list[str]) -> list[list[str]]:
+    return [values[start:start + _IN_CHUNK] for start in range(0, len(values), _IN_CHUNK)]
+
+
+def _completed(run: dict[str, Any], target: str) -> bool:
+    """Did `target` complete in this run (a run stored before per-target status: the run completed
+    and lists it)?"""
+    recorded = run.get("target_status") or {}
+    if recorded:
+        return target in recorded and recorded[target]["status"] == "complete"
+    return run["status"] == "complete" and target in (run.get("targets") or [])
 
 
 def _current_notes(conn: sa.Connection, run_id: str) -> dict[str, Any] | None:

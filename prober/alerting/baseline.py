@@ -69,10 +69,11 @@ def select_baselines(store: Any, run: dict[str, Any], target: str, size: int) ->
     completed: a latency baseline measured from one site never judges a run from another.
     """
     current = {row["entry"]: row for row in store.run_entries(run["id"], target=target)}
-    earlier = [r for r in store.list_runs(limit=4 * size + 8, suite=run["suite"], target=target,
-                                          site=run.get("site"))
-               if r["id"] != run["id"] and r["started_at"] < run["started_at"] and target in completed_targets(r)]
-    entries_of = {r["id"]: {row["entry"]: row for row in store.run_entries(r["id"], target=target)} for r in earlier}
+    # Runs and their recorded entries only: a baseline never reads a sample.
+    earlier = [r for r in store.completed_runs(run["suite"], target, run["started_at"], 4 * size + 8,
+                                               site=run.get("site"))
+               if r["id"] != run["id"]]
+    entries_of = store.entries_of_runs([r["id"] for r in earlier], target)
     selected: dict[str, Baseline] = {}
     for entry_id, entry in current.items():
         comparable = [r for r in earlier if what_changed(entry, entries_of[r["id"]].get(entry_id)) is None]

@@ -373,7 +373,13 @@ def drift_for_run(store: Any, run: dict[str, Any], config: DriftConfig) -> Drift
     needed = max(config.min_baseline_runs, FEWEST_BASELINE_RUNS)
     outcome, tests = DriftOutcome(), []
     for target in completed_targets(run):
-        for entry, baseline in select_baselines(store, run, target, config.baseline_runs + 1).items():
+        baselines = select_baselines(store, run, target, config.baseline_runs + 1)
+        # One query per target for the stored metrics of this run and every run of its baselines.
+        wanted = {run["id"], *(r["id"] for b in baselines.values() if b.reset is None for r in b.runs)}
+        stored: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
+        for row in store.metrics_of_runs(sorted(wanted), target):
+            stored.setdefault((row["run_id"], row["entry"]), []).append(row)
+        for entry, baseline in baselines.items():
             if baseline.reset is not None:
                 continue
             window = baseline.runs
@@ -381,9 +387,8 @@ def drift_for_run(store: Any, run: dict[str, Any], config: DriftConfig) -> Drift
                 outcome.not_tested.append(f"drift: {target} {entry}: {len(window)} comparable baseline run(s), "
                                           f"the night-level tests need {needed}: not tested")
                 continue
-            found, short = target_tests(target, run_values(store.metrics(run["id"], target=target, entry=entry)),
-                                        [run_values(store.metrics(r["id"], target=target, entry=entry))
-                                         for r in window], config)
+            found, short = target_tests(target, run_values(stored.get((run["id"], entry), [])),
+                                        [run_values(stored.get((r["id"], entry), [])) for r in window], config)
             tests += found
             if short:
                 outcome.not_tested.append(f"drift: {target} {entry}: {short} metric(s) seen in fewer than {needed} "

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from prober.core.durations import DURATION_EXAMPLES, parse_duration
 from prober.core.errors import ConfigError
 from prober.core.records import default_site
 from prober.core.redact import is_credential_header
@@ -248,6 +249,23 @@ def check_place_name(value: str, where: str) -> str:
     return value
 
 
+class RetentionConfig(_Strict):
+    """`[retention]`: what `prober prune` drops when run without flags. Runs and metrics are kept
+    for ever; raw samples are most of a store's size (docs/operations.md, "Retention")."""
+
+    samples_older_than: str | None = Field("14d", description="drop the samples of runs older than this "
+                                           "(e.g. 14d, 8w); unset keeps them")
+    outputs_older_than: str | None = Field(None, description="clear the output text of samples older than "
+                                           "this; unset keeps it")
+
+    @field_validator("samples_older_than", "outputs_older_than")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None and parse_duration(value) is None:
+            raise ValueError(f"{value!r} is not a duration; expected e.g. {DURATION_EXAMPLES}")
+        return value
+
+
 class ProberConfig(_Strict):
     targets: dict[str, TargetConfig] = Field(default_factory=dict)
     site: str | None = Field(None, description="where this prober probes from; PROBER_SITE wins; default: "
@@ -258,6 +276,7 @@ class ProberConfig(_Strict):
     slo: list[SloRule] = Field(default_factory=list)
     sinks: list[SinkConfig] = Field(default_factory=list)
     drift: DriftConfig = Field(default_factory=DriftConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
     source: str = Field("<built-in defaults>", exclude=True)
 
     @field_validator("site")

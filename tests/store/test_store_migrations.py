@@ -52,14 +52,17 @@ def test_new_database_gets_the_whole_schema(store_url):
         assert _columns(engine, "runs") == RUN_COLUMNS
         assert _columns(engine, "samples") == SAMPLE_COLUMNS
         assert _columns(engine, "metrics") == METRIC_COLUMNS
-        assert _indexes(engine, "runs") == {"ix_runs_suite_started_at": ["suite", "started_at"]}
-        assert _indexes(engine, "samples") == {"ix_samples_run_id": ["run_id"]}
-        assert _indexes(engine, "metrics") == {"ix_metrics_run_id": ["run_id"]}
+        assert _indexes(engine, "runs") == {"ix_runs_suite_started_at": ["suite", "started_at"],
+                                            "ix_runs_started_at": ["started_at"]}
+        assert _indexes(engine, "samples") == {"ix_samples_run_target": ["run_id", "target", "error_type"]}
+        assert _indexes(engine, "metrics") == {"ix_metrics_run_target": ["run_id", "target", "entry"],
+                                               "ix_metrics_run_name": ["run_id", "name", "target"]}
         assert [row[:2] for row in _bookkeeping(engine)] == [(1, "m001_initial"), (2, "m002_alerts"),
                                                                (3, "m003_sample_service_tier"), (4, "m004_run_lease"),
                                                                (5, "m005_run_provenance"), (6, "m006_store_identity"),
                                                                (7, "m007_metric_flags"),
-                                                               (8, "m008_run_site_batch")]
+                                                               (8, "m008_run_site_batch"),
+                                                               (9, "m009_history_indexes")]
         assert schema_version(engine) == len(MIGRATIONS)
     finally:
         engine.dispose()

@@ -59,3 +59,23 @@ def latency_samples(store: Store, run_id: str, ttfts_ms: list[float], *, target:
             writer.submit(Sample(run_id=run_id, target=target, probe=probe, case="sweep",
                                  labels={**labels, "phase": "measure"}, exchange=exchange, request_index=index,
                                  entry=f"{suite}.{probe}"))
+
+
+def nightly_template_store(url: str, levels: tuple[int, ...] = (1, 2, 4, 8, 16, 32),
+                           requests_per_level: int = 40) -> None:
+    """A complete nightly run of one target, as the latency probe stores it (TTFT and end-to-end
+    percentiles per level, `requests_per_level` streamed samples per level), in the store at
+    `url`: a template for bench/history_scale.py's `load_template`."""
+    store = Store.open(url)
+    try:
+        rows = [{"probe": "latency", "name": name, "value": value * level, "ci_low": value * level * 0.9,
+                 "ci_high": value * level * 1.1, "n": requests_per_level, "unit": "ms",
+                 "labels": {"concurrency": level}}
+                for level in levels for name, value in (("ttft_p50_ms", 20.0), ("ttft_p90_ms", 30.0),
+                                                        ("ttft_p99_ms", 40.0), ("e2e_p50_ms", 300.0))]
+        add_run(store, "template", 0, rows, suite="nightly", target="emu")
+        for level in levels:
+            latency_samples(store, "template", [20.0 + i % 7 for i in range(requests_per_level)], target="emu",
+                            suite="nightly", concurrency=level)
+    finally:
+        store.close()

@@ -1,0 +1,404 @@
+"""A year of nightly history for a fleet, and how long the commands that read it take.
+
+    python bench/history_scale.py                       # 365 nights x 20 targets, SQLite and PostgreSQL
+    python bench/history_scale.py --nights 30 --targets 5 --backends sqlite
+
+The history is cloned, at the SQL level, from one real run: the nightly suite against the
+in-process emulator (or `--template URL`, a store holding a nightly run). One run per night holds
+every target, each with the template target's samples, metrics, suite entries and status; metric
+values in milliseconds get a little deterministic noise from night to night. Writing a year for 20
+targets takes a few INSERT ... SELECT statements per night, not a Python object per row.
+
+Then each command runs in its own child process, timed (wall clock) with its peak resident memory:
+`prober report --since 30d` and `--since 365d`, `prober history` of one metric of one target over
+the year, the post-run evaluation of the newest run (SLO rules, drift against the baselines,
+baseline resets), `prober export --format csv --since 7d` and `--format prometheus`. Then the
+default retention (`prober prune`, prober.toml `[retention]`) is applied and the store size per
+night is printed before and after. The last line:
+
+    history-scale: worst_s=X db_mb_per_night=Y
+
+X is the slowest command on any backend, Y the store size per night for the whole fleet after the
+default retention (the largest over the backends).
+
+`write_history(url, nights, targets, template)` is the generator, for tests and other benches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from store import Store  # noqa: E402
+from store.coltypes import UTCDateTime  # noqa: E402
+from store.schema import metrics, run_entries, run_targets, runs, samples  # noqa: E402
+
+# The suites `make demo` runs: the built-in nightly suite with each suite's grid shadowed by the
+# demo's smaller one (examples/local-demo/suites). Its per-target counts are those issue 16 quotes.
+DEMO_SUITES = ROOT / "examples" / "local-demo" / "suites"
+HISTORY_METRIC = "ttft_p50_ms"
+RUN_HOUR_UTC = 2
+
+
+# --- the template: one real nightly run ---------------------------------------------------------
+
+@dataclass
+class Template:
+    """One target's rows from a real run: what every (night, target) of the history repeats."""
+
+    run: dict[str, Any]
+    target_status: dict[str, Any]
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _without_id(row: Any) -> dict[str, Any]:
+    return {key: value for key, value in row._mapping.items() if key != "id"}
+
+
+def load_template(url: str, suite: str = "nightly") -> Template:
+    """The newest complete run of `suite` in the store at `url`, its first target's rows."""
+    store = Store.open(url)
+    try:
+        with store.engine.connect() as conn:
+            run = conn.execute(sa.select(runs).where(runs.c.suite == suite, runs.c.status == "complete")
+                               .order_by(runs.c.started_at.desc()).limit(1)).first()
+            if run is None:
+                raise SystemExit(f"history-scale: no complete {suite!r} run in {store.url}")
+            target = run.targets[0]
+            status = conn.execute(sa.select(run_targets).where(run_targets.c.run_id == run.id,
+                                                               run_targets.c.target == target)).one()
+            return Template(
+                run=dict(run._mapping), target_status=dict(status._mapping),
+                entries=[dict(r._mapping) for r in conn.execute(
+                    sa.select(run_entries).where(run_entries.c.run_id == run.id, run_entries.c.target == target))],
+                samples=[_without_id(r) for r in conn.execute(
+                    sa.select(samples).where(samples.c.run_id == run.id, samples.c.target == target)
+                    .order_by(samples.c.id))],
+                metrics=[_without_id(r) for r in conn.execute(
+                    sa.select(metrics).where(metrics.c.run_id == run.id, metrics.c.target == target)
+                    .order_by(metrics.c.id))])
+    finally:
+        store.close()
+
+
+def template_config(workdir: Path, store_url: str) -> Path:
+    """A prober.toml with one in-process emulator target (OpenAI protocol: the penalty probe needs it)."""
+    path = workdir / "template.toml"
+    path.write_text(f'suite_paths = ["{DEMO_SUITES}"]\n[store]\nurl = "{store_url}"\n[runner]\nprogress = false\n'
+                    '[targets.emu]\nprotocol = "openai"\nmodel = "emulator-1"\nemulator = { }\n')
+    return path
+
+
+def make_template(workdir: Path, suite: str = "nightly") -> str:
+    """Run `suite` against the emulator into a store in `workdir`; its URL."""
+    url = f"sqlite:///{workdir / 'template.db'}"
+    config = template_config(workdir, url)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "prober.cli", "run", "--config", str(config), "--suite", suite],
+                          cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"history-scale: the template run failed (exit {done.returncode}): {done.stderr[-2000:]}")
+    print(f"template: {suite} suite against the emulator in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return url
+
+
+# --- the generator ------------------------------------------------------------------------------
+
+def target_names(count: int) -> list[str]:
+    return [f"t{index:02d}" for index in range(count)]
+
+
+def night_start(night: int, nights: int, end: dt.datetime) -> dt.datetime:
+    """Night 0 is the oldest; the newest run starts on `end`'s day at RUN_HOUR_UTC (the day before
+    when that is still to come)."""
+    newest = end.replace(hour=RUN_HOUR_UTC, minute=0, second=0, microsecond=0)
+    if newest > end:
+        newest -= dt.timedelta(days=1)
+    return newest - dt.timedelta(days=nights - 1 - night)
+
+
+def run_id(started: dt.datetime) -> str:
+    """A night's run id, from its date: a longer history with the same end shares its newest runs."""
+    return f"hs{started:%Y%m%d}"
+
+
+def _copy(conn: sa.Connection, table: sa.Table, where: Any, replace: dict[str, Any]) -> None:
+    """INSERT INTO table SELECT the rows matching `where`, with the columns in `replace` set to
+    these SQL expressions (the id column is left to the database)."""
+    columns = [column for column in table.columns if column.name != "id"]
+    selected = [replace[column.name].label(column.name) if column.name in replace else column for column in columns]
+    conn.execute(table.insert().from_select([column.name for column in columns],
+                                            sa.select(*selected).where(where)))
+
+
+def _noisy(column: sa.ColumnElement[Any], night: int) -> sa.ColumnElement[Any]:
+    """A millisecond figure moved by up to +-1% from night to night (deterministic, per row)."""
+    factor = 1 + ((metrics.c.id + night * 7) % 11 - 5) * 0.002
+    return sa.case((metrics.c.unit == "ms", column * factor), else_=column)
+
+
+def write_history(url: str, nights: int, targets: int, template: Template, *,
+                  end: dt.datetime | None = None) -> list[str]:
+    """Write the nightly runs of the `nights` nights up to `end` (default now) for `targets`
+    targets into the store at `url` (migrated first), skipping nights it already holds; the run
+    ids written, oldest first. The first night written holds the template's rows; the others are
+    copied from it in the database. A second call with more nights and the same `end` adds older
+    history outside any window that ends at `end`."""
+    end = end or dt.datetime.now(dt.UTC)
+    names = target_names(targets)
+    starts = [night_start(night, nights, end) for night in range(nights)]
+    store = Store.open(url)
+    try:
+        with store.engine.begin() as conn:
+            held = set(conn.execute(sa.select(runs.c.id).where(runs.c.id.in_([run_id(s) for s in starts])))
+                       .scalars())
+            missing = [started for started in starts if run_id(started) not in held]
+            if missing:
+                _write_seed(conn, template, names, missing[0])
+        for started in missing[1:]:
+            with store.engine.begin() as conn:     # a night a transaction: the SQLite WAL stays small
+                _write_night(conn, template, names, run_id(missing[0]), started)
+    finally:
+        store.close()
+    return [run_id(started) for started in missing]
+
+
+def _run_row(template: Template, names: Sequence[str], started: dt.datetime) -> dict[str, Any]:
+    took = (template.run["finished_at"] or template.run["started_at"]) - template.run["started_at"]
+    return {**template.run, "id": run_id(started), "started_at": started, "finished_at": started + took,
+            "status": "complete", "targets": list(names), "lease_expires_at": None, "batch": None}
+
+
+def _write_seed(conn: sa.Connection, template: Template, names: Sequence[str], started: dt.datetime) -> None:
+    """The template's rows for the first target, then copied to the others."""
+    seed, first = run_id(started), names[0]
+    conn.execute(runs.insert().values(_run_row(template, names, started)))
+    conn.execute(run_targets.insert().values({**template.target_status, "run_id": seed, "target": first}))
+    if template.entries:
+        conn.execute(run_entries.insert(), [{**row, "run_id": seed, "target": first} for row in template.entries])
+    if template.samples:
+        conn.execute(samples.insert(), [{**row, "run_id": seed, "target": first, "started_at": started}
+                                        for row in template.samples])
+    if template.metrics:
+        conn.execute(metrics.insert(), [{**row, "run_id": seed, "target": first} for row in template.metrics])
+    for name in names[1:]:
+        for table in (run_targets, run_entries, samples, metrics):
+            _copy(conn, table, sa.and_(table.c.run_id == seed, table.c.target == first),
+                  {"target": sa.literal(name)})
+
+
+def _write_night(conn: sa.Connection, template: Template, names: Sequence[str], seed: str,
+                 started: dt.datetime) -> None:
+    new = run_id(started)
+    conn.execute(runs.insert().values(_run_row(template, names, started)))
+    same_run = {"run_id": sa.literal(new)}
+    _copy(conn, run_targets, run_targets.c.run_id == seed, same_run)
+    _copy(conn, run_entries, run_entries.c.run_id == seed, same_run)
+    _copy(conn, samples, samples.c.run_id == seed,
+          {**same_run, "started_at": sa.literal(started, UTCDateTime())})
+    night = started.toordinal()
+    _copy(conn, metrics, metrics.c.run_id == seed,
+          {**same_run, **{name: _noisy(metrics.c[name], night) for name in ("value", "ci_low", "ci_high")}})
+
+
+# --- measuring ----------------------------------------------------------------------------------
+
+# Runs a command and prints its wall time and the peak RSS of its process tree's largest member.
+_MEASURE = """
+import json, resource, subprocess, sys, time
+started = time.monotonic()
+done = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+wall = time.monotonic() - started
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024,
+                  "exit": done.returncode, "stdout": done.stdout[-1500:], "stderr": done.stderr[-1500:]}))
+"""
+
+# The post-run evaluation `prober run` does after storing a run (prober/commands/run.py): SLO
+# rules and drift through evaluate_run, the per-target rule states and the baseline resets. Timed
+# inside the child, after its imports.
+_EVALUATE = """
+import json, sys, time
+from prober.alerting.alerts import evaluate_run
+from prober.alerting.drift import baseline_resets
+from prober.alerting.slo_rules import rule_states
+from prober.core.config import load_config
+from store import Store
+import scipy.stats  # noqa: F401  (the drift tests load it on first use; `prober run` has by then)
+config = load_config(sys.argv[1])
+store = Store.open(config.store.url)
+run = store.list_runs(limit=1, suite="nightly")[0]
+started, cpu = time.monotonic(), time.process_time()
+evaluation = evaluate_run(store, config, run["id"], sinks=[])
+run = store.get_run(run["id"])
+rows = store.metrics(run["id"])
+probes = sorted({row["probe"] for row in rows})
+for target in run["targets"]:
+    rule_states(config.slo, run, target, probes, rows)
+resets = baseline_resets(store, run, config.drift)
+took, cpu = time.monotonic() - started, time.process_time() - cpu
+store.close()
+print(json.dumps({"evaluate_s": took, "evaluate_cpu_s": cpu, "checked": evaluation.checked,
+                  "resets": len(resets)}))
+"""
+
+
+def measure(argv: Sequence[str], cwd: Path) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", _MEASURE, *argv], cwd=cwd, capture_output=True, text=True,
+                          check=True)
+    return json.loads(done.stdout)
+
+
+def bench_config(workdir: Path, url: str, names: Sequence[str]) -> Path:
+    """The fleet's prober.toml: emulator targets of these names, two SLO rules, drift on."""
+    path = workdir / f"prober-{'pg' if url.startswith('postgresql') else 'sqlite'}.toml"
+    lines = [f'suite_paths = ["{DEMO_SUITES}"]', "[store]", f'url = "{url}"']
+    for name in names:
+        lines += [f"[targets.{name}]", 'protocol = "openai"', 'model = "emulator-1"', "emulator = { }"]
+    lines += ["[[slo]]", 'name = "ttft"', 'metric = "ttft_p50_ms"', "threshold = 3000", "for = 2",
+              "[[slo]]", 'name = "deterministic"', 'metric = "divergence_rate"', "threshold = 0.5"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def commands(config: Path, out: Path, target: str) -> dict[str, list[str]]:
+    prober = [sys.executable, "-m", "prober.cli"]
+    cfg = ["--config", str(config)]
+    return {
+        "report --since 30d": [*prober, "report", "--since", "30d", "--out", str(out / "report30"), *cfg],
+        "report --since 365d": [*prober, "report", "--since", "365d", "--out", str(out / "report365"), *cfg],
+        f"history {HISTORY_METRIC} 365d": [*prober, "history", "--metric", HISTORY_METRIC, "--target", target,
+                                           "--since", "365d", *cfg],
+        "post-run evaluation": [sys.executable, "-c", _EVALUATE, str(config)],
+        "export csv --since 7d": [*prober, "export", "--format", "csv", "--since", "7d", "--out",
+                                  str(out / "csv"), *cfg],
+        "export prometheus": [*prober, "export", "--format", "prometheus", "--out", str(out / "prom"), *cfg],
+    }
+
+
+def store_bytes(url: str) -> int:
+    """The database's size on disk (SQLite: after a checkpoint, so the WAL holds nothing)."""
+    store = Store.open(url)
+    try:
+        if store.backend == "sqlite":
+            with store.engine.connect() as conn:
+                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        return store.size_bytes()
+    finally:
+        store.close()
+
+
+@dataclass
+class Row:
+    backend: str
+    what: str
+    wall_s: float | None = None
+    rss_mb: float | None = None
+    note: str = ""
+    cpu_s: float | None = None
+
+
+def bench_backend(backend: str, url: str, workdir: Path, nights: int, targets: int, template: Template,
+                  skip: Sequence[str] = ()) -> list[Row]:
+    names = target_names(targets)
+    started = time.monotonic()
+    write_history(url, nights, targets, template)
+    rows = [Row(backend, "write history", time.monotonic() - started, None,
+                f"{nights} nights x {targets} targets")]
+    config = bench_config(workdir, url, names)
+    out = workdir / f"out-{backend}"
+    for what, argv in commands(config, out, names[0]).items():
+        if any(what.startswith(prefix) for prefix in skip):
+            continue
+        found = measure(argv, workdir)
+        note = "" if found["exit"] in (0, 1) else f"exit {found['exit']}: {found['stderr'].strip()[-200:]}"
+        if what == "post-run evaluation" and not note:
+            inner = json.loads(found["stdout"].strip().splitlines()[-1])
+            note = (f"evaluation alone {inner['evaluate_s']:.2f} s, {inner['evaluate_cpu_s']:.2f} s CPU "
+                    f"(after imports); {inner['checked']} checks, {inner['resets']} baseline resets")
+        rows.append(Row(backend, what, found["wall_s"], found["rss_mb"], note, found["cpu_s"]))
+        print(f"{backend} {what}: {found['wall_s']:.2f} s, {found['cpu_s']:.2f} s CPU, {found['rss_mb']:.0f} MB {note}",
+              file=sys.stderr, flush=True)
+    size = store_bytes(url)
+    rows.append(Row(backend, "store size", None, None, f"{size / 1e6:,.0f} MB, {size / 1e6 / nights:.2f} MB/night"))
+    pruned = measure([sys.executable, "-m", "prober.cli", "prune", "--config", str(config)], workdir)
+    after = store_bytes(url)
+    rows.append(Row(backend, "prune (default retention)", pruned["wall_s"], pruned["rss_mb"],
+                    f"{after / 1e6:,.0f} MB, {after / 1e6 / nights:.2f} MB/night"
+                    + ("" if pruned["exit"] == 0 else f"; exit {pruned['exit']}: {pruned['stderr'].strip()[-200:]}"),
+                    pruned["cpu_s"]))
+    return rows
+
+
+def print_table(rows: Sequence[Row]) -> None:
+    print(f"{'backend':<10} {'what':<28} {'wall s':>8} {'CPU s':>7} {'peak MB':>8}  note")
+    for row in rows:
+        wall = "" if row.wall_s is None else f"{row.wall_s:8.2f}"
+        cpu = "" if row.cpu_s is None else f"{row.cpu_s:7.2f}"
+        rss = "" if row.rss_mb is None else f"{row.rss_mb:8.0f}"
+        print(f"{row.backend:<10} {row.what:<28} {wall:>8} {cpu:>7} {rss:>8}  {row.note}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nights", type=int, default=365)
+    parser.add_argument("--targets", type=int, default=20)
+    parser.add_argument("--backends", default="sqlite,postgresql", help="sqlite, postgresql or both")
+    parser.add_argument("--template", help="store URL holding a complete nightly run (default: run one now)")
+    parser.add_argument("--workdir", type=Path, help="keep the stores here (default: a temporary directory); "
+                        "a store there already holding some nights gets only the missing ones")
+    parser.add_argument("--skip", action="append", default=[], metavar="PREFIX",
+                        help="leave out the commands whose row starts with this (e.g. report); repeatable")
+    args = parser.parse_args(argv)
+    if args.nights < 1 or args.targets < 1:
+        parser.error("--nights and --targets must be at least 1")
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if not set(backends) <= {"sqlite", "postgresql"}:
+        parser.error("--backends: sqlite, postgresql or both")
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="prober-history-scale-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    template = load_template(args.template or make_template(workdir))
+    print(f"template: {len(template.samples)} samples and {len(template.metrics)} metrics per target-night",
+          file=sys.stderr)
+    rows: list[Row] = []
+    cluster = None
+    try:
+        for backend in backends:
+            if backend == "sqlite":
+                url = f"sqlite:///{workdir / 'history.db'}"
+            else:
+                from tests.support.postgres import PostgresCluster
+
+                cluster = PostgresCluster()
+                cluster.start()
+                url = cluster.create_database("history_scale")
+            rows += bench_backend(backend, url, workdir, args.nights, args.targets, template, args.skip)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    print_table(rows)
+    timed = [row.wall_s for row in rows if row.wall_s is not None and row.what not in ("write history",)]
+    per_night = [float(row.note.split(", ")[1].split()[0]) for row in rows if row.what.startswith("prune")]
+    print(f"history-scale: worst_s={max(timed, default=0):.1f} db_mb_per_night={max(per_night, default=0):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
