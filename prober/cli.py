@@ -240,7 +240,7 @@ def report(
     Example: prober report --since 30d --format html --out /var/www/prober
     """
     from prober.alerting.verdicts import ReportVerdicts
-    from reports.collect import collect, parse_since
+    from reports.collect import collect, load_window, parse_since
     from reports.render import RENDERERS, write_report
     from reports.site import write_site
 
@@ -252,8 +252,9 @@ def report(
     store = open_store(cfg.store.url, err)
     try:
         require_known_target(store, cfg, target)
-        collected = collect(store, verdicts, start, target)
-        path = write_site(store, verdicts, collected, out_dir) if fmt == "html" else None
+        window = load_window(store, start, target)     # read once: the report and its run pages
+        collected = collect(store, verdicts, start, target, window=window)
+        path = write_site(store, verdicts, collected, out_dir, window) if fmt == "html" else None
     finally:
         store.close()
     path = path or write_report(collected, fmt, out_dir)

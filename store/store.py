@@ -7,6 +7,8 @@ never see SQLAlchemy.
 from __future__ import annotations
 
 import datetime as dt
+import json
+import math
 import os
 import socket
 from collections.abc import Iterable, Mapping, Sequence
@@ -321,9 +323,10 @@ class Store:
         rows: list[dict[str, Any]] = []
         with self._engine.connect() as conn:
             for chunk in _chunks(list(run_ids)):
-                rows += [dict(row._mapping) for row in conn.execute(
-                    sa.select(metrics).where(metrics.c.run_id.in_(chunk), metrics.c.target == target)
-                    .order_by(metrics.c.run_id, metrics.c.id))]
+                result = conn.execute(sa.select(metrics).where(metrics.c.run_id.in_(chunk), metrics.c.target == target)
+                                      .order_by(metrics.c.run_id, metrics.c.id))
+                names = list(result.keys())
+                rows += [dict(zip(names, row)) for row in result]
         return rows
 
     def latest_complete_runs(self, *, since: dt.datetime | None = None, target: str | None = None,
@@ -553,6 +556,53 @@ class Store:
                                          for (target_name, _), run in pairs.items())))
         with self._engine.connect() as conn:
             return [dict(row._mapping) for row in conn.execute(query)]
+
+    def metric_runs(self, *, since: dt.datetime | None = None, target: str | None = None,
+                    suite: str | None = None) -> list[dict[str, Any]]:
+        """Each (run, target) pair with metric rows among the runs started since `since`, oldest run
+        first: run_id, target, suite, run_started_at and run_status (the target's own status where
+        one was recorded). Read from the run-and-target index of metrics, not from the rows."""
+        distinct = (sa.select(metrics.c.run_id, metrics.c.target).distinct()
+                    .join(runs, runs.c.id == metrics.c.run_id))
+        pairs = _across_runs(distinct, metrics, since, target, suite, None, None).subquery()
+        own_status = sa.func.coalesce(run_targets.c.status, runs.c.status)
+        query = (sa.select(pairs.c.run_id, pairs.c.target, runs.c.suite, runs.c.started_at.label("run_started_at"),
+                           own_status.label("run_status"))
+                 .join(runs, runs.c.id == pairs.c.run_id)
+                 .outerjoin(run_targets, sa.and_(run_targets.c.run_id == pairs.c.run_id,
+                                                 run_targets.c.target == pairs.c.target))
+                 .order_by(runs.c.started_at, runs.c.id, pairs.c.target))
+        with self._engine.connect() as conn:
+            return [dict(row._mapping) for row in conn.execute(query)]
+
+    def metric_summary(self, run_ids: Sequence[str], target: str) -> list[dict[str, Any]]:
+        """Per metric (probe, name, labels) of `target` over these runs, computed by the database:
+        `count` of finite values, their `low`, `high` and `mean`, and the `unit`. Labels come back
+        decoded. A report summarizes the older part of a long window with it, never loading its rows."""
+        value = metrics.c.value
+        finite: sa.ColumnElement[bool] = value.is_not(None)
+        if self._engine.dialect.name == "postgresql":   # SQLite stores no NaN or infinity; PostgreSQL does
+            finite = sa.and_(finite, value.not_in([math.nan, math.inf, -math.inf]))
+        labels_text = sa.cast(metrics.c.labels, sa.Text)
+        query = (sa.select(metrics.c.probe, metrics.c.name, labels_text.label("labels"), sa.func.max(metrics.c.unit)
+                           .label("unit"), sa.func.count(value).label("count"), sa.func.min(value).label("low"),
+                           sa.func.max(value).label("high"), sa.func.avg(value).label("mean"))
+                 .where(metrics.c.target == target, finite)
+                 .group_by(metrics.c.probe, metrics.c.name, labels_text))
+        found: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+        with self._engine.connect() as conn:
+            for chunk in _chunks(list(run_ids)):
+                for row in conn.execute(query.where(metrics.c.run_id.in_(chunk))):
+                    key = (row.probe, row.name, row.labels)
+                    seen = found.get(key)
+                    if seen is None:
+                        found[key] = {**row._mapping, "labels": json.loads(row.labels) if row.labels else None}
+                        continue
+                    total = seen["count"] + row.count      # a chunk boundary split the runs: merge
+                    seen["mean"] = (seen["mean"] * seen["count"] + row.mean * row.count) / total
+                    seen["count"], seen["low"], seen["high"] = total, min(seen["low"], row.low), \
+                        max(seen["high"], row.high)
+        return list(found.values())
 
     def sample_history(self, *, since: dt.datetime | None = None, target: str | None = None,
                        suite: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
