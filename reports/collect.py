@@ -292,7 +292,8 @@ def _periods(store: Store, target: str, older: Sequence[RunInfo]) -> list[Period
     complete = [r for r in older if r.complete]
     if not complete:
         return []
-    weeks = (complete[-1].started_at - complete[0].started_at) / _WEEK + 1
+    # (+ 2 weeks: the span meets at most span / period + 1 cells of the Monday grid, fewer than MAX_PERIODS + 1)
+    weeks = (complete[-1].started_at - complete[0].started_at) / _WEEK + 2
     period = _WEEK * max(1, math.ceil(weeks / MAX_PERIODS))
     groups: dict[int, list[RunInfo]] = defaultdict(list)
     for run in complete:
