@@ -561,19 +561,33 @@ class Store:
                     suite: str | None = None) -> list[dict[str, Any]]:
         """Each (run, target) pair with metric rows among the runs started since `since`, oldest run
         first: run_id, target, suite, run_started_at and run_status (the target's own status where
-        one was recorded). Read from the run-and-target index of metrics, not from the rows."""
-        distinct = (sa.select(metrics.c.run_id, metrics.c.target).distinct()
-                    .join(runs, runs.c.id == metrics.c.run_id))
-        pairs = _across_runs(distinct, metrics, since, target, suite, None, None).subquery()
-        own_status = sa.func.coalesce(run_targets.c.status, runs.c.status)
-        query = (sa.select(pairs.c.run_id, pairs.c.target, runs.c.suite, runs.c.started_at.label("run_started_at"),
-                           own_status.label("run_status"))
-                 .join(runs, runs.c.id == pairs.c.run_id)
-                 .outerjoin(run_targets, sa.and_(run_targets.c.run_id == pairs.c.run_id,
-                                                 run_targets.c.target == pairs.c.target))
-                 .order_by(runs.c.started_at, runs.c.id, pairs.c.target))
+        one was recorded). The runs of the window first, then their targets from the run-and-target
+        index of metrics: a planner that scanned metrics and joined later would read every night."""
+        query = sa.select(runs.c.id, runs.c.suite, runs.c.started_at, runs.c.status).order_by(runs.c.started_at,
+                                                                                                 runs.c.id)
+        if since is not None:
+            query = query.where(runs.c.started_at >= since)
+        if suite is not None:
+            query = query.where(runs.c.suite == suite)
+        found: list[dict[str, Any]] = []
         with self._engine.connect() as conn:
-            return [dict(row._mapping) for row in conn.execute(query)]
+            window = conn.execute(query).all()
+            for chunk in _chunks([run.id for run in window]):
+                pairs = sa.select(metrics.c.run_id, metrics.c.target).distinct().where(metrics.c.run_id.in_(chunk))
+                if target is not None:
+                    pairs = pairs.where(metrics.c.target == target)
+                stored: dict[str, list[str]] = {}
+                for row in conn.execute(pairs):
+                    stored.setdefault(row.run_id, []).append(row.target)
+                own = {(row.run_id, row.target): row.status for row in conn.execute(
+                    sa.select(run_targets.c.run_id, run_targets.c.target, run_targets.c.status)
+                    .where(run_targets.c.run_id.in_(list(stored))))} if stored else {}
+                for run in window:
+                    for name in sorted(stored.get(run.id, [])):
+                        found.append({"run_id": run.id, "target": name, "suite": run.suite,
+                                      "run_started_at": run.started_at,
+                                      "run_status": own.get((run.id, name), run.status)})
+        return found
 
     def metric_summary(self, run_ids: Sequence[str], target: str) -> list[dict[str, Any]]:
         """Per metric (probe, name, labels) of `target` over these runs, computed by the database:
