@@ -260,7 +260,7 @@ def report(
     (or: prober report --batch 2026-12-01 --format md, the whole fleet's night)
     """
     from prober.alerting.verdicts import ReportVerdicts
-    from reports.collect import collect, parse_since
+    from reports.collect import collect, load_window, parse_since
     from reports.render import RENDERERS, write_report
     from reports.site import write_site
 
@@ -276,8 +276,9 @@ def report(
             from store.engine import redacted
 
             raise ConfigError(f"--batch {batch!r}: no run of this batch in {redacted(cfg.store.url)}")
-        collected = collect(store, verdicts, start, target, batch=batch)
-        path = write_site(store, verdicts, collected, out_dir) if fmt == "html" else None
+        window = load_window(store, start, target, batch=batch)     # read once: the report and its run pages
+        collected = collect(store, verdicts, start, target, window=window, batch=batch)
+        path = write_site(store, verdicts, collected, out_dir, window) if fmt == "html" else None
     finally:
         store.close()
     path = path or write_report(collected, fmt, out_dir)

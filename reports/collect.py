@@ -5,6 +5,12 @@ The renderers (html, markdown, json_report) only format what is collected here. 
 checks, baseline resets) come from the `Verdicts` the command layer passes in: reports render them
 and import no alerting code.
 
+A long window is summarized, not drawn point by point: the newest DETAIL_RUNS runs of each target
+and suite are read row by row (every one a point of its trends), and the older runs of the window
+are read as aggregates the database computes per period (a week, or longer so that a series has at
+most MAX_PERIODS of them): one point per period, the mean, with min..max as its bar. So the work and
+the size of a year's report stay close to a month's, and nothing outside the window is read.
+
 Only complete runs are data: a failed, interrupted or running run's values are neither plotted nor
 listed among a metric's values in the window; the trend charts mark such a run where it happened,
 and its own page (reports/site.py) shows what it stored.
@@ -17,9 +23,9 @@ import hashlib
 import math
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from prober.core.config import SloRule
 from prober.core.durations import parse_duration
@@ -27,9 +33,16 @@ from prober.core.errors import ConfigError
 from prober.core.records import labels_key, utcnow
 from reports.calibration import Overhead, host_calibration
 from reports.examples import Example, pick_examples
-from reports.plots import MetricSeries, Plot, point, suite_plots, trend_plots
+from reports.plots import MetricSeries, Plot, Point, point, suite_plots, trend_plots
 from reports.run_lines import provenance_lines
 from store import Store
+
+# Runs of a target and suite read row by row and drawn one point each: two weeks of nightly runs.
+DETAIL_RUNS = 14
+# Older runs in the window: one point per period of whole weeks, at most this many periods.
+MAX_PERIODS = 13
+_WEEK = dt.timedelta(days=7)
+_MONDAY = dt.datetime(1970, 1, 5, tzinfo=dt.UTC)     # periods start on a Monday, 00:00 UTC
 
 
 def parse_since(text: str | None, now: dt.datetime | None = None) -> dt.datetime | None:
@@ -89,7 +102,8 @@ class LatestMetric:
     n: int | None
     unit: str | None
     slo: list[SloResult] = field(default_factory=list)
-    # this metric's values in the window, oldest first (the latest run's is the last)
+    # this metric's values in the newest DETAIL_RUNS runs of the window, oldest first (the latest
+    # run's is the last)
     recent: list[float | None] = field(default_factory=list)
     # why the value is never judged (e.g. ["interval_unbounded"]); None when it is
     flags: list[str] | None = None
@@ -179,7 +193,12 @@ class Report:
 
 
 def _series_key(row: dict[str, Any]) -> tuple[str, str, str]:
-    return row["probe"], row["name"], labels_key(row.get("labels"))
+    key = row.get(_SERIES)
+    return key if key is not None else (row["probe"], row["name"], labels_key(row.get("labels")))
+
+
+# A row's series key, computed once when the window is read (labels_key serializes the labels).
+_SERIES = "_series_key"
 
 
 def _latest_run(runs: list[RunInfo]) -> RunInfo:
@@ -226,54 +245,205 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def _history(rows: Sequence[dict[str, Any]]) -> list[MetricSeries]:
-    """Each metric's values per complete run; other runs are remembered as marks, not points."""
+@dataclass
+class PeriodSummary:
+    """One metric over the complete runs of one period of the window's older part."""
+
+    start: dt.datetime
+    end: dt.datetime
+    at: dt.datetime               # where it is drawn: the middle of its runs
+    runs: int
+    row: dict[str, Any]           # probe, name, labels, unit, count, low, high, mean (Store.metric_summary)
+
+
+@dataclass
+class SectionHistory:
+    """What one target and suite stored in the window, as probed from one site."""
+
+    target: str
+    suite: str
+    site: str
+    # every run of the window with metric rows of the target, oldest first
+    runs: list[RunInfo]
+    # the metric rows of the newest DETAIL_RUNS of them, oldest run first (with suite, run_started_at, run_status)
+    rows: list[dict[str, Any]]
+    # the older runs, summarized per period
+    summaries: list[PeriodSummary] = field(default_factory=list)
+
+    def up_to(self, run: RunInfo) -> SectionHistory:
+        """The history as it was when `run` (one of its runs) was the newest."""
+        kept = self.runs[:[r.id for r in self.runs].index(run.id) + 1]
+        ids = {r.id for r in kept}
+        return SectionHistory(self.target, self.suite, self.site, kept,
+                              [row for row in self.rows if row["run_id"] in ids], self.summaries)
+
+
+@dataclass
+class Window:
+    """The history of a report's window, read once: the report over the window and the page of
+    each of its runs are all cut from it (reports/site.py)."""
+
+    since: dt.datetime | None
+    target: str | None
+    # (target, suite, site) -> its history
+    sections: dict[tuple[str, str, str], SectionHistory]
+    # store lookups that several sections and pages share: run rows, entries, calibrations
+    looked_up: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+    def lookup(self, kind: str, run_id: str, read: Any) -> Any:
+        key = (kind, run_id)
+        if key not in self.looked_up:
+            self.looked_up[key] = read(run_id)
+        return self.looked_up[key]
+
+
+def _periods(store: Store, target: str, older: Sequence[RunInfo]) -> list[PeriodSummary]:
+    """The older runs' metrics, one summary per period and metric, aggregated by the database."""
+    complete = [r for r in older if r.complete]
+    if not complete:
+        return []
+    # (+ 2 weeks: the span meets at most span / period + 1 cells of the Monday grid, fewer than MAX_PERIODS + 1)
+    weeks = (complete[-1].started_at - complete[0].started_at) / _WEEK + 2
+    period = _WEEK * max(1, math.ceil(weeks / MAX_PERIODS))
+    groups: dict[int, list[RunInfo]] = defaultdict(list)
+    for run in complete:
+        groups[(run.started_at - _MONDAY) // period].append(run)
+    found = []
+    for index, members in sorted(groups.items()):
+        start = _MONDAY + index * period
+        first, last = members[0].started_at, members[-1].started_at
+        for row in store.metric_summary([r.id for r in members], target):
+            row[_SERIES] = _series_key(row)
+            found.append(PeriodSummary(start, start + period, first + (last - first) / 2, len(members), row))
+    return found
+
+
+def load_window(store: Store, since: dt.datetime | None = None, target: str | None = None,
+                suite: str | None = None, *, site: str | None = None, batch: str | None = None) -> Window:
+    """Read the window's history (of one site's or one batch's runs where given): which runs
+    stored metrics of which target, the rows of each section's newest DETAIL_RUNS runs, and the
+    summaries of the older ones. A section is a target and suite as probed from one site."""
+    runs_of: dict[tuple[str, str, str], list[RunInfo]] = defaultdict(list)
+    for pair in store.metric_runs(since=since, target=target, suite=suite, site=site, batch=batch):
+        runs_of[(pair["target"], pair["suite"], pair["run_site"] or "")].append(
+            RunInfo(pair["run_id"], pair["run_started_at"], pair["run_status"]))
+    sections = {}
+    for (target_name, suite_name, site_name), runs in runs_of.items():
+        detail = runs[-DETAIL_RUNS:]
+        order = {run.id: (i, run) for i, run in enumerate(detail)}
+        rows = store.metrics_of_runs(list(order), target_name)
+        for row in rows:
+            run = order[row["run_id"]][1]
+            row.update(suite=suite_name, run_started_at=run.started_at, run_status=run.status, run_site=site_name)
+            row[_SERIES] = _series_key(row)
+        rows.sort(key=lambda row: order[row["run_id"]][0])      # stable: each run's rows keep their order
+        sections[(target_name, suite_name, site_name)] = SectionHistory(
+            target_name, suite_name, site_name, runs, rows, _periods(store, target_name, runs[:-DETAIL_RUNS]))
+    return Window(since, target, sections)
+
+
+def _period_note(summary: PeriodSummary) -> str:
+    last_day = summary.end - dt.timedelta(days=1)
+    return (f"{summary.start:%Y-%m-%d} to {last_day:%Y-%m-%d}: mean of {summary.row['count']} run(s), "
+            f"bar min..max")
+
+
+def _history(history: SectionHistory, probe: str, periods: bool = True) -> list[MetricSeries]:
+    """Each metric of `probe`: its values per complete run, after one point per period of the
+    older runs (unless not `periods`); other runs are remembered as marks, not points."""
     series: dict[tuple[str, str, str], MetricSeries] = {}
-    for row in rows:
+
+    def of(row: dict[str, Any]) -> MetricSeries:
         key = _series_key(row)
         if key not in series:
             series[key] = MetricSeries(row["probe"], row["name"], row.get("labels") or {}, row.get("unit"))
+        return series[key]
+
+    for summary in history.summaries if periods else []:
+        row = summary.row
+        if row["probe"] == probe and _is_number(row.get("mean")):
+            of(row).points.append(Point(summary.at, row["mean"], row["low"], row["high"], note=_period_note(summary)))
+    for row in history.rows:
+        if row["probe"] != probe:
+            continue
         if row["run_status"] != "complete":
-            series[key].marks.append((row["run_started_at"], f"run {row['run_id']} {row['run_status']}: not plotted"))
+            of(row).marks.append((row["run_started_at"], f"run {row['run_id']} {row['run_status']}: not plotted"))
         elif _is_number(row.get("value")):
-            series[key].points.append(point(row["run_started_at"], row, note=f"run {row['run_id']}"))
+            of(row).points.append(point(row["run_started_at"], row, note=f"run {row['run_id']}"))
+    detailed = {row["run_id"] for row in history.rows}
+    older_marks = [(run.started_at, f"run {run.id} {run.status}: not plotted") for run in history.runs
+                   if not run.complete and run.id not in detailed]
+    for found in series.values():
+        found.marks[:0] = older_marks
     return list(series.values())
 
 
-def _provenance(store: Store, run_id: str, target: str, verdicts: Verdicts) -> tuple[list[str], list[str]]:
-    run = store.get_run(run_id)
-    assert run is not None                         # the report found this run in the store
+class _LazyHistory(Sequence[MetricSeries]):
+    """A section's series of one probe, built when a chart first asks for them: most probes
+    declare no trend chart, and a run's page draws no trend of its own."""
+
+    def __init__(self, build: Callable[[], list[MetricSeries]]) -> None:
+        self._build: Callable[[], list[MetricSeries]] | None = build
+        self._series: list[MetricSeries] = []
+
+    def _built(self) -> list[MetricSeries]:
+        if self._build is not None:
+            self._series, self._build = self._build(), None
+        return self._series
+
+    @overload
+    def __getitem__(self, index: int) -> MetricSeries: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[MetricSeries]: ...
+
+    def __getitem__(self, index: int | slice) -> MetricSeries | Sequence[MetricSeries]:
+        return self._built()[index]
+
+    def __len__(self) -> int:
+        return len(self._built())
+
+
+def _provenance(store: Store, window: Window, run_id: str, target: str, verdicts: Verdicts,
+                page: bool) -> tuple[list[str], list[str]]:
+    """The provenance lines of `run_id` on `target`, and its baseline resets, which only the
+    report over the window shows: they read the runs before it, and a run's page is one of many."""
+    found = window.lookup("run", run_id, store.get_run)
+    assert found is not None                       # the report found this run in the store
+    run = dict(found)
     run["target_status"] = {t: s for t, s in (run.get("target_status") or {}).items() if t == target}
     run["targets"] = [target]
-    resets = verdicts.baseline_resets(store, run, target)
-    return provenance_lines(run, store.run_entries(run_id, target=target)), resets
+    resets = [] if page else verdicts.baseline_resets(store, run, target)
+    # provenance_lines keeps the entries of the run's targets, here only this one
+    return provenance_lines(run, window.lookup("entries", run_id, store.run_entries)), resets
 
 
-def _section(store: Store, verdicts: Verdicts, target: str, suite: str, rows: list[dict[str, Any]],
+def _section(store: Store, verdicts: Verdicts, window: Window, history: SectionHistory,
              firing: list[FiringAlert], latest_id: str | None = None) -> Section:
-    runs = list({row["run_id"]: RunInfo(row["run_id"], row["run_started_at"], row["run_status"])
-                 for row in rows}.values())
+    target, suite, runs, rows = history.target, history.suite, history.runs, history.rows
     latest = next(r for r in runs if r.id == latest_id) if latest_id else _latest_run(runs)
     latest_rows = [row for row in rows if row["run_id"] == latest.id]
     checks = defaultdict(list)
     for check in verdicts.slo_checks(latest_rows, {"id": latest.id, "suite": suite}):
         condition = f"{check.rule.comparator} {check.rule.threshold:g}"
         checks[check.metric["id"]].append(SloResult(check.rule.name, condition, check.rule.severity, check.broken))
-    # the values the trends plot, so that the table and the charts agree
+    # the values the trends plot run by run, so that the table and the charts agree
     recent: dict[tuple[str, str, str], list[float | None]] = defaultdict(list)
     for row in rows:
         if row["run_status"] == "complete":
             recent[_series_key(row)].append(row.get("value"))
-    history = _history(rows)
-    examples = pick_examples(store.samples(latest.id, target=target))
-    calibration = host_calibration(store, latest.id)
+    page = latest_id is not None
+    # sample outputs: the report's, from each section's latest run (a run's page reads no samples)
+    examples = [] if page else pick_examples(store.samples(latest.id, target=target))
+    calibration = window.lookup("calibration", latest.id, lambda run_id: host_calibration(store, run_id))
     probes = []
     for probe in dict.fromkeys(row["probe"] for row in latest_rows):
         probe_rows = [row for row in latest_rows if row["probe"] == probe]
-        probe_history = [s for s in history if s.probe == probe]
+        # (a run's page: the runs up to it, no periods; its trend charts are few, from declared charts)
+        probe_history = _LazyHistory(lambda probe=probe: _history(history, probe, periods=not page))  # type: ignore[misc]
         alerting = {a.metric for a in firing} | {row["name"] for row in probe_rows
                                                   if any(r.broken for r in checks.get(row["id"], []))}
-        trends = trend_plots(probe_history)
+        # a run's page shows what it stored; the trends are the report's (latest.html)
+        trends = [] if page else trend_plots(probe_history)
         probes.append(ProbeSection(
             probe=probe,
             metrics=[LatestMetric(probe, row["name"], row.get("labels") or {}, row.get("value"), row.get("ci_low"),
@@ -285,7 +455,7 @@ def _section(store: Store, verdicts: Verdicts, target: str, suite: str, rows: li
             trends=trends,
             examples=[e for e in examples if e.probe == probe],
             alerting_metrics=[plot.title for plot in trends if plot.title in alerting]))
-    provenance, resets = _provenance(store, latest.id, target, verdicts)
+    provenance, resets = _provenance(store, window, latest.id, target, verdicts, page)
     return Section(target=target, suite=suite, runs=runs, latest_run=latest, probes=probes, firing=firing,
                    provenance=provenance, baseline_resets=resets)
 
@@ -300,12 +470,14 @@ def _anchor_keys(keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, s
 
 
 def collect(store: Store, verdicts: Verdicts, since: dt.datetime | None = None,
-            target: str | None = None, run_id: str | None = None, batch: str | None = None) -> Report:
+            target: str | None = None, run_id: str | None = None, window: Window | None = None,
+            batch: str | None = None) -> Report:
     """The report over the runs started since `since` (all runs when None), for one target or all,
     a section per target, suite and site; with `batch`, over that batch's runs only.
 
     With `run_id`, the page of that run: a section per target it stored metrics for, with that run
-    as the latest and the history up to it (ConfigError when there is no such run)."""
+    as the latest and the history up to it (ConfigError when there is no such run). `window` is
+    the window's history when it was read already (load_window with the same since and target)."""
     run: RunInfo | None = None
     suite: str | None = None
     site: str | None = None
@@ -314,14 +486,13 @@ def collect(store: Store, verdicts: Verdicts, since: dt.datetime | None = None,
         if found is None:
             raise ConfigError(f"no run with id {run_id!r}")
         run, suite, site = RunInfo(found["id"], found["started_at"], found["status"]), found["suite"], found["site"]
-    grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
-    for row in store.metric_history(since=since, target=target, suite=suite, site=site, batch=batch):
-        if run is None or row["run_started_at"] <= run.started_at:
-            grouped[(row["target"], row["suite"], row["run_site"] or "")].append(row)
+    if window is None:
+        window = load_window(store, since, target, suite, site=site, batch=batch)
+    histories = dict(window.sections)
     if run is not None:
-        grouped = defaultdict(list, {key: rows for key, rows in grouped.items()
-                                     if any(row["run_id"] == run.id for row in rows)})
-    anchor_keys = _anchor_keys(list(grouped))
+        histories = {key: history.up_to(run) for key, history in histories.items()
+                     if key[1:] == (suite, site or "") and any(r.id == run.id for r in history.runs)}
+    anchor_keys = _anchor_keys(list(histories))
     names = anchors(list(anchor_keys.values()))
     firing: dict[tuple[str, str, str], list[FiringAlert]] = defaultdict(list)
     every_firing = []
@@ -330,7 +501,7 @@ def collect(store: Store, verdicts: Verdicts, since: dt.datetime | None = None,
             continue
         alert_site = (alert.get("detail") or {}).get("site") or ""
         # an alert stored before sites were belongs to its target and suite from every site
-        keys = [key for key in grouped if key[:2] == (alert["target"], alert["suite"])
+        keys = [key for key in histories if key[:2] == (alert["target"], alert["suite"])
                 and alert_site in ("", key[2])]
         shown = FiringAlert(alert["name"], alert["kind"], alert["severity"], alert["metric"],
                             alert.get("labels") or {}, alert["summary"], alert.get("fired_at"),
@@ -340,8 +511,8 @@ def collect(store: Store, verdicts: Verdicts, since: dt.datetime | None = None,
             firing[key].append(shown)
         every_firing.append(shown)
     sections = []
-    for key, rows in sorted(grouped.items()):
-        section = _section(store, verdicts, key[0], key[1], rows, firing[key],
+    for key, history in sorted(histories.items()):
+        section = _section(store, verdicts, window, history, firing[key],
                            latest_id=run.id if run is not None else None)
         section.site, section.anchor = key[2], names[anchor_keys[key]]
         sections.append(section)

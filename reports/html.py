@@ -15,7 +15,7 @@ import jinja2
 from markupsafe import Markup
 
 from prober.core.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
-from reports.collect import FiringAlert, Report, run_page_name
+from reports.collect import DETAIL_RUNS, FiringAlert, Report, run_page_name
 from reports.plots import label_text
 from reports.svg import fmt, interval_text, render
 
@@ -35,6 +35,7 @@ _ENV.filters["svg"] = lambda plot: Markup(render(plot))
 _ENV.filters["interval"] = lambda m: interval_text(m.ci_low, m.ci_high, m.flags)
 _ENV.globals["flag_notes"] = FLAG_NOTES
 _ENV.globals["percentile_note"] = PERCENTILE_INTERVAL_NOTE
+_ENV.globals["detail_runs"] = DETAIL_RUNS
 _ENV.filters["page"] = run_page_name
 _ENV.filters["utc"] = lambda when: "-" if when is None else when.strftime("%Y-%m-%d %H:%M UTC")
 

@@ -19,19 +19,22 @@ def _default(value: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
-def _finite(value: Any) -> Any:
-    """NaN and infinities are not JSON: they become null, like a metric without a value."""
+def _plain(value: Any) -> Any:
+    """The model as JSON values, walked once (dataclasses.asdict deep-copies every point first):
+    NaN and infinities, which are not JSON, become null like a metric without a value."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_finite(item) for item in value]
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
     return value
 
 
 def render_json(report: Report) -> str:
-    model = _finite(dataclasses.asdict(report))
+    model = _plain(report)
     for section, source in zip(model["sections"], report.sections):
         section["slo_summary"] = {"held": sum(1 for _, r in source.slo_results if not r.broken),
                                   "broken": sum(1 for _, r in source.slo_results if r.broken)}

@@ -7,6 +7,8 @@ never see SQLAlchemy.
 from __future__ import annotations
 
 import datetime as dt
+import json
+import math
 import os
 import socket
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -564,6 +566,68 @@ class Store:
         with self._engine.connect() as conn:
             # One metric's rows, run by run (through the run-and-name index), even over all history.
             return _read_window(conn, query, metrics, since, every_run=name is not None)
+
+    def metric_runs(self, *, since: dt.datetime | None = None, target: str | None = None,
+                    suite: str | None = None, site: str | None = None,
+                    batch: str | None = None) -> list[dict[str, Any]]:
+        """Each (run, target) pair with metric rows among the runs started since `since` (of `site`
+        and `batch` where given), oldest run first: run_id, target, suite, run_site, run_started_at
+        and run_status (the target's own status where one was recorded). The runs of the window
+        first, then their targets from the run-and-target index of metrics: a planner that scanned metrics and joined later would read every night."""
+        query = _placed(sa.select(runs.c.id, runs.c.suite, runs.c.site, runs.c.started_at, runs.c.status)
+                        .order_by(runs.c.started_at, runs.c.id), site, batch)
+        if since is not None:
+            query = query.where(runs.c.started_at >= since)
+        if suite is not None:
+            query = query.where(runs.c.suite == suite)
+        found: list[dict[str, Any]] = []
+        with self._engine.connect() as conn:
+            window = conn.execute(query).all()
+            for chunk in _chunks([run.id for run in window]):
+                pairs = sa.select(metrics.c.run_id, metrics.c.target).distinct().where(metrics.c.run_id.in_(chunk))
+                if target is not None:
+                    pairs = pairs.where(metrics.c.target == target)
+                stored: dict[str, list[str]] = {}
+                for row in conn.execute(pairs):
+                    stored.setdefault(row.run_id, []).append(row.target)
+                own = {(row.run_id, row.target): row.status for row in conn.execute(
+                    sa.select(run_targets.c.run_id, run_targets.c.target, run_targets.c.status)
+                    .where(run_targets.c.run_id.in_(list(stored))))} if stored else {}
+                for run in window:
+                    for name in sorted(stored.get(run.id, [])):
+                        found.append({"run_id": run.id, "target": name, "suite": run.suite,
+                                      "run_site": run.site, "run_started_at": run.started_at,
+                                      "run_status": own.get((run.id, name), run.status)})
+        return found
+
+    def metric_summary(self, run_ids: Sequence[str], target: str) -> list[dict[str, Any]]:
+        """Per metric (probe, name, labels) of `target` over these runs, computed by the database:
+        `count` of finite values, their `low`, `high` and `mean`, and the `unit`. Labels come back
+        decoded. A report summarizes the older part of a long window with it, never loading its rows."""
+        value = metrics.c.value
+        finite: sa.ColumnElement[bool] = value.is_not(None)
+        if self._engine.dialect.name == "postgresql":   # SQLite stores no NaN or infinity; PostgreSQL does
+            finite = sa.and_(finite, value.not_in([math.nan, math.inf, -math.inf]))
+        labels_text = sa.cast(metrics.c.labels, sa.Text)
+        query = (sa.select(metrics.c.probe, metrics.c.name, labels_text.label("labels"), sa.func.max(metrics.c.unit)
+                           .label("unit"), sa.func.count(value).label("count"), sa.func.min(value).label("low"),
+                           sa.func.max(value).label("high"), sa.func.avg(value).label("mean"))
+                 .where(metrics.c.target == target, finite)
+                 .group_by(metrics.c.probe, metrics.c.name, labels_text))
+        found: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+        with self._engine.connect() as conn:
+            for chunk in _chunks(list(run_ids)):
+                for row in conn.execute(query.where(metrics.c.run_id.in_(chunk))):
+                    key = (row.probe, row.name, row.labels)
+                    seen = found.get(key)
+                    if seen is None:
+                        found[key] = {**row._mapping, "labels": json.loads(row.labels) if row.labels else None}
+                        continue
+                    total = seen["count"] + row.count      # a chunk boundary split the runs: merge
+                    seen["mean"] = (seen["mean"] * seen["count"] + row.mean * row.count) / total
+                    seen["count"], seen["low"], seen["high"] = total, min(seen["low"], row.low), \
+                        max(seen["high"], row.high)
+        return list(found.values())
 
     def sample_history(self, *, since: dt.datetime | None = None, target: str | None = None,
                        suite: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
