@@ -573,7 +573,8 @@ class Store:
         """Each (run, target) pair with metric rows among the runs started since `since` (of `site`
         and `batch` where given), oldest run first: run_id, target, suite, run_site, run_started_at
         and run_status (the target's own status where one was recorded). The runs of the window
-        first, then their targets from the run-and-target index of metrics: a planner that scanned metrics and joined later would read every night."""
+        first, then their targets from the run-and-target index of metrics: a planner that scanned
+        metrics and joined later would read every night."""
         query = _placed(sa.select(runs.c.id, runs.c.suite, runs.c.site, runs.c.started_at, runs.c.status)
                         .order_by(runs.c.started_at, runs.c.id), site, batch)
         if since is not None:
