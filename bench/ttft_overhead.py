@@ -135,9 +135,10 @@ class Child:
 
 
 def profiled(child: Child, message: dict, path: Path) -> dict:
-    """Run one phase in `child` while py-spy samples whichever of its threads holds the GIL."""
+    """Run one phase in `child` while py-spy samples whichever of its threads holds the GIL, in it
+    and in the processes it started (prober's sample writer)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    spy = subprocess.Popen(["py-spy", "record", "--pid", str(child.process.pid), "--gil", "--threads",
+    spy = subprocess.Popen(["py-spy", "record", "--pid", str(child.process.pid), "--subprocesses", "--gil", "--threads",
                             "--rate", "200", "--format", "raw", "--output", str(path)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1.0)                  # py-spy attaches
@@ -349,11 +350,14 @@ def main(argv: list[str] | None = None) -> int:
 
         for result in profiles:
             per_request = 1e3 * result["cpu_with_drain_s"] / result["count"]
+            writer = result.get("writer_cpu_s")
+            writer_per_request = 1e3 * writer / result["count"] if writer else None
             print(f"\nprofile of {result['client']} at c={result['concurrency']} ({result['count']} requests, "
-                  f"{result['count'] / result['wall_s']:.0f} req/s under py-spy, {per_request:.2f} CPU ms/request, "
-                  f"GC {result['gc_total_ms']:.0f} ms in {result['gc_count']} collections, longest "
-                  f"{result['gc_max_ms']:.0f} ms), {result['profile']}:")
-            print(render(Path(result["profile"]).read_text(), per_request))
+                  f"{result['count'] / result['wall_s']:.0f} req/s under py-spy; CPU ms/request: client process "
+                  f"{per_request:.2f}, sample writer {_fmt(writer_per_request, 2)}; client GC "
+                  f"{result['gc_total_ms']:.0f} ms in {result['gc_count']} collections, longest "
+                  f"{result['gc_max_ms']:.0f} ms, of which {result['gc_max_cpu_ms']:.0f} ms CPU), {result['profile']}:")
+            print(render(Path(result["profile"]).read_text(), per_request, writer_per_request))
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "phases": phases, "rows": rows,
                                                "profiles": profiles}, indent=1))

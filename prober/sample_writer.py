@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import pickle
 import queue
 import signal
 from typing import Any
@@ -36,6 +37,7 @@ class SampleWriterProcess:
         self._inbox = _CONTEXT.Queue()
         self._replies = _CONTEXT.Queue()
         self._tokens = itertools.count()
+        self._conformance = conformance
         self.count = 0
         self._process = _CONTEXT.Process(
             target=_writer_main, name="prober-sample-writer", daemon=True,
@@ -44,9 +46,21 @@ class SampleWriterProcess:
         self._process.start()
         self._await_reply("ready", start_timeout)
 
+    @property
+    def pid(self) -> int | None:
+        """The writer process's id (its CPU time is the run's too)."""
+        return self._process.pid
+
     def put(self, sample: Sample) -> None:
+        """Hand the sample over. It is pickled here, not later in the queue's feeder thread, so that
+        the exchange's raw events (the wire payloads the writer checks, 20-odd tuples a stream) can
+        be dropped at once: an open or closed loop keeps every exchange until it ends, and what it
+        keeps is what each garbage collection during the loop has to walk."""
         self.count += 1
-        self._inbox.put(sample)
+        if not self._conformance:
+            sample.exchange.raw_events = []       # nothing will check them: not worth the pickling
+        self._inbox.put(pickle.dumps(sample, pickle.HIGHEST_PROTOCOL))
+        sample.exchange.raw_events = []
 
     def flush(self, timeout: float | None = None) -> None:
         """Block until every sample put so far is committed; raise SampleStorageError if any was lost."""
@@ -129,8 +143,8 @@ def _writer_main(store_url: str, max_output_chars: int | None, conformance: bool
                 if os.getppid() != parent_pid:
                     break   # the run was killed: keep what arrived, then stop
                 continue
-            if isinstance(item, Sample):
-                store_sample(item)
+            if isinstance(item, bytes):
+                store_sample(pickle.loads(item))
                 continue
             command, token = item
             try:
@@ -147,8 +161,8 @@ def _writer_main(store_url: str, max_output_chars: int | None, conformance: bool
                 item = inbox.get_nowait()
             except (queue.Empty, EOFError, OSError):
                 break
-            if isinstance(item, Sample):
-                store_sample(item)
+            if isinstance(item, bytes):
+                store_sample(pickle.loads(item))
         try:
             writer.close()
         finally:
