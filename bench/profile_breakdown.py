@@ -26,7 +26,8 @@ from pathlib import Path
 _RULES: list[tuple[str, str, str]] = [
     ("conformance check (pydantic SDK types)", r"prober/targets/conformance\.py|(^|/)(pydantic|openai|anthropic)/", ""),
     ("store writer (rows, SQLAlchemy, sqlite3)", r"(^|/)(store|sqlalchemy|sqlite3)/", ""),
-    ("sample hand-off (Sample, queue, pickling)", r"prober/sample_writer\.py|multiprocessing/(queues|reduction|connection)\.py", ""),
+    ("sample hand-off (Sample, queue, pickling)",
+     r"prober/sample_writer\.py|multiprocessing/(queues|reduction|connection)\.py", ""),
     ("SSE parsing", r"prober/targets/sse\.py", ""),
     ("JSON decoding of events", r"prober/targets/adapter\.py", r"parse_json|StreamDecoder\._decode"),
     ("stream decoder (OpenAI chunks -> Exchange)", r"prober/targets/(openai|anthropic)\.py", r"Decoder\."),
