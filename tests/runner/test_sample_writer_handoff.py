@@ -4,6 +4,7 @@ garbage collection during the loop walks what it keeps)."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import uuid
@@ -54,3 +55,31 @@ def test_raw_events_leave_with_the_sample_and_are_still_checked(tmp_path, confor
         assert any("content" in finding for finding in findings[1]), findings[1]
     else:
         assert findings[1] == []
+
+
+def test_samples_put_on_an_event_loop_go_in_batches_and_all_arrive(tmp_path):
+    """On a running loop, put queues its samples once per loop iteration; every sample put on one
+    loop or on several, whether or not the loop ran again after the put, arrives by the flush."""
+    url = f"sqlite:///{tmp_path / 'prober.db'}"
+    store = Store.open(url)
+    run_id = uuid.uuid4().hex[:12]
+    store.create_run(Run(id=run_id, suite="s", started_at=dt.datetime.now(dt.UTC), prober_version="0",
+                         config_hash="h", host="h", pid=1, targets=["t"]))
+    writer = SampleWriterProcess(url, conformance=False)
+
+    async def put(indexes: range, settle: bool) -> None:
+        for index in indexes:
+            writer.put(_sample(run_id, index, "hi"))
+        if settle:
+            await asyncio.sleep(0)            # the loop's next iteration queues the batch
+
+    try:
+        asyncio.run(put(range(0, 40), settle=True))
+        asyncio.run(put(range(40, 50), settle=False))
+        asyncio.run(put(range(50, 60), settle=True))
+        writer.flush()
+    finally:
+        writer.close()
+    indexes = sorted(row["request_index"] for row in store.samples(run_id))
+    store.close()
+    assert indexes == list(range(60))
