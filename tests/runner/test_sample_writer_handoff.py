@@ -8,6 +8,7 @@ import asyncio
 import datetime as dt
 import json
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -32,13 +33,18 @@ def _sample(run_id: str, index: int, content: object) -> Sample:
                   request_index=index)
 
 
-@pytest.mark.parametrize("conformance", [True, False])
-def test_raw_events_leave_with_the_sample_and_are_still_checked(tmp_path, conformance):
+def _store_with_run(tmp_path: Path) -> tuple[str, Store, str]:
     url = f"sqlite:///{tmp_path / 'prober.db'}"
     store = Store.open(url)
     run_id = uuid.uuid4().hex[:12]
     store.create_run(Run(id=run_id, suite="s", started_at=dt.datetime.now(dt.UTC), prober_version="0",
                          config_hash="h", host="h", pid=1, targets=["t"]))
+    return url, store, run_id
+
+
+@pytest.mark.parametrize("conformance", [True, False])
+def test_raw_events_leave_with_the_sample_and_are_still_checked(tmp_path, conformance):
+    url, store, run_id = _store_with_run(tmp_path)
     writer = SampleWriterProcess(url, conformance=conformance)
     try:
         conforming, broken = _sample(run_id, 0, "hi"), _sample(run_id, 1, 42)   # content must be a string
@@ -60,11 +66,7 @@ def test_raw_events_leave_with_the_sample_and_are_still_checked(tmp_path, confor
 def test_samples_put_on_an_event_loop_go_in_batches_and_all_arrive(tmp_path):
     """On a running loop, put queues its samples once per loop iteration; every sample put on one
     loop or on several, whether or not the loop ran again after the put, arrives by the flush."""
-    url = f"sqlite:///{tmp_path / 'prober.db'}"
-    store = Store.open(url)
-    run_id = uuid.uuid4().hex[:12]
-    store.create_run(Run(id=run_id, suite="s", started_at=dt.datetime.now(dt.UTC), prober_version="0",
-                         config_hash="h", host="h", pid=1, targets=["t"]))
+    url, store, run_id = _store_with_run(tmp_path)
     writer = SampleWriterProcess(url, conformance=False)
 
     async def put(indexes: range, settle: bool) -> None:
