@@ -82,7 +82,22 @@ def achieved_rate(sent_ns: list[int]) -> float | None:
     return (len(sent_ns) - 1) / ((sent_ns[-1] - sent_ns[0]) / 1e9)
 
 
-def run(args: argparse.Namespace, db_url: str) -> list[dict]:
+def peer_tokenizer(args: argparse.Namespace, scratch: Path) -> Path | None:
+    """The local tokenizer the peers load instead of downloading one, built once per run with the
+    first installed peer's interpreter (bench/peers.py); None if no peer is installed or it failed."""
+    for script in (args.guidellm, args.aiperf):
+        if peers.available(script):
+            directory = scratch / "tokenizer"
+            problem = peers.build_tokenizer(script, directory)
+            if problem is None:
+                return directory
+            print(f"peers: {problem}", file=sys.stderr, flush=True)
+            return None
+    return None
+
+
+def run(args: argparse.Namespace, db_url: str, scratch: Path) -> list[dict]:
+    tokenizer = peer_tokenizer(args, scratch)
     children: list[Child] = []
     try:
         server, reference, tested, base_url = start_processes(db_url, MAX_IN_FLIGHT, children)
@@ -115,8 +130,16 @@ def run(args: argparse.Namespace, db_url: str) -> list[dict]:
                     print(f"pass {rep + 1}/{args.repeat}  {rate:>5g}/s  {client:<10} {count:>5} requests in "
                           f"{result['wall_s']:6.2f}s, {len(result['errors'])} errors", file=sys.stderr, flush=True)
                 for name, script in (("guidellm", args.guidellm), ("aiperf", args.aiperf)):
-                    phases.append({**peers.run_peer(name, script, base_url, rate, count, sse_server.MODEL),
-                                   "client": name, "rate": rate, "count": count, "rep": rep})
+                    if args.wait_quiet > 0 and peers.available(script):
+                        machine.wait_until_quiet(pids, QUIET_SHARE, args.wait_quiet)
+                    before = machine.snapshot(pids)
+                    result = peers.run_peer(name, script, base_url, rate, count, sse_server.MODEL, tokenizer)
+                    phases.append({**result, "client": name, "rate": rate, "count": count, "rep": rep,
+                                   "other_cpu": machine.other_share(before, machine.snapshot(pids)),
+                                   "server": server.ask("stats")})
+                    if "unavailable" not in result:
+                        print(f"pass {rep + 1}/{args.repeat}  {rate:>5g}/s  {name:<10} {count:>5} requests, "
+                              f"{len(result['errors'])} errors", file=sys.stderr, flush=True)
         return phases
     finally:
         for child in reversed(children):
@@ -210,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     machine.raise_fd_limit()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="prober-open-loop-") as tmp:
-        phases = run(args, f"sqlite:///{tmp}/bench.db")
+        phases = run(args, f"sqlite:///{tmp}/bench.db", Path(tmp))
     rows = summarize(args, phases)
     print(f"\nOpen loop on loopback (Poisson; true TTFT {FIRST_DELAY_MS:g} ms, overhead = measured - "
           f"{FIRST_DELAY_MS:g} ms); {args.repeat} pass(es), {args.duration:g} s per rate; "

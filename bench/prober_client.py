@@ -101,6 +101,7 @@ class ProberClient:
             params = LatencyParams(arrival="poisson", rates=[rate_rps], requests_per_level=count, warmup=0,
                                    seed=seed)
 
+        writer_ticks = machine.tree_ticks([writer.pid]) if writer.pid else 0
         cpu0 = time.process_time()
         t0 = perf_counter_ns()
         await self.probe.run(session, params)
@@ -110,6 +111,7 @@ class ProberClient:
         writer.flush()
         drain = (perf_counter_ns() - t1) / 1e9
         cpu_total = time.process_time() - cpu0
+        writer_ticks = (machine.tree_ticks([writer.pid]) if writer.pid else 0) - writer_ticks
 
         await lag.stop()
         await adapter.aclose()
@@ -125,6 +127,7 @@ class ProberClient:
             "errors": [f"{ex.error_type}: {ex.error_message}" for ex in exchanges if not ex.ok]
                       + ["no content chunk" for ex in exchanges if ex.ok and ex.ttft_ms is None],
             "wall_s": wall, "cpu_s": cpu_loop, "cpu_with_drain_s": cpu_total,
+            "writer_cpu_s": machine.ticks_to_seconds(writer_ticks) if writer_ticks > 0 else None,
             "drain_s": drain, "unstored_at_end": unstored_at_end, "stored": stored,
             "loop_lag_p99_ms": lag_summary["p99_ms"], "findings": findings.most_common(3),
             "send_lag_ms": [ex.extra["send_lag_ms"] for ex in exchanges if "send_lag_ms" in ex.extra],

@@ -321,7 +321,7 @@ class Response:
                  "headers_ns", "first_byte_ns", "end_ns", "reused", "connect_ns", "pool_wait_ns",
                  "proxy_connect_ns", "tunnel_ns",
                  "_conn", "_pool", "_state", "_remaining", "_keep_alive", "_released",
-                 "_on_data", "_pushed", "_decode", "_inflater")
+                 "_on_data", "_pushed", "_inflater")
 
     def __init__(self, conn: _Connection, pool: HTTPTransport, *, reused: bool) -> None:
         self._conn = conn
@@ -346,8 +346,9 @@ class Response:
         self._released = False
         self._on_data: Callable[[bytes, int], bool] | None = None
         self._pushed: asyncio.Future[None] | None = None
-        # Body bytes without framing; with Content-Encoding, also decompressed (`_inflate`).
-        self._decode: Callable[[], bytes] = self._unframe
+        # Set while a Content-Encoding is being undone (`_decode`). Not a bound method kept on the
+        # instance: that would make every Response a reference cycle, freed only by the garbage
+        # collector, whose pauses then grow with the number of requests.
         self._inflater: zlib._Decompress | None = None
 
     @property
@@ -446,17 +447,20 @@ class Response:
                                              f"{encoding!r} although prober asked for identity; prober "
                                              f"decodes only gzip and deflate")
         self._inflater = zlib.decompressobj(zlib.MAX_WBITS | 32)    # gzip or zlib header, detected
-        self._decode = self._unframe_and_inflate
+
+    def _decode(self) -> bytes:
+        """Body bytes without framing; with a Content-Encoding, also decompressed."""
+        return self._unframe() if self._inflater is None else self._unframe_and_inflate()
 
     def _unframe_and_inflate(self) -> bytes:
         data = self._unframe()
         inflater = self._inflater
-        assert inflater is not None                # _decode is this method only once it is set
+        assert inflater is not None                # called only while inflating
         try:
             out = inflater.decompress(data) if data else b""
             if self._state == _DONE:
                 out += inflater.flush()
-                self._decode = self._unframe        # a flushed decompressor takes no more
+                self._inflater = None               # a flushed decompressor takes no more
         except zlib.error as exc:
             raise TransportError("protocol", f"undecodable {self.headers['content-encoding']} body: "
                                              f"{exc}") from None
@@ -586,10 +590,10 @@ class Response:
         if pushed is None or pushed.done():
             return
         try:
-            while True:
-                data = self._decode()
-                if not data:
-                    break
+            # One call takes everything buffered (a partial chunk-size line stays for the next
+            # arrival), so there is no second call to find that nothing is left.
+            data = self._unframe() if self._inflater is None else self._unframe_and_inflate()
+            if data:
                 if self.first_byte_ns is None:
                     self.first_byte_ns = conn.recv_ns
                 if self._on_data(data, conn.recv_ns):       # type: ignore[misc]

@@ -105,7 +105,8 @@ class Exchange:
     # Parameters the endpoint rejected and the adapter retried without (e.g. temperature on Opus 4.7).
     rejected_params: list[str] = field(default_factory=list)
     # Wire payloads as text: (SSE event name, its data) or (None, the body), kept in memory for
-    # conformance checks. Text, not parsed JSON: strings cost the garbage collector nothing.
+    # conformance checks until the sample writer takes them with the sample (the exchange a probe
+    # gets back has none). Text, not parsed JSON: strings cost the garbage collector nothing.
     raw_events: list[tuple[str | None, Any]] = field(default_factory=list, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)    # protocol-specific leftovers (timings, logprobs)
 
