@@ -135,18 +135,30 @@ def test_old_database_is_upgraded_in_place_and_keeps_its_rows(store_url):
         Store.open(store_url)
 
 
-def test_metric_rows_of_a_version_2_database_gain_no_flags(store_url):
+def _old_database(store_url: str, version: int, *statements: tuple[str, dict[str, str]]) -> None:
+    """A database migrated only up to `version`, holding what `statements` insert."""
     engine = open_engine(store_url)
     try:
-        migrate(engine, upto=2)
+        migrate(engine, upto=version)
         with engine.begin() as conn:
-            conn.execute(sa.text("INSERT INTO runs (id, suite, started_at, status, prober_version, config_hash, "
-                                 "host, pid) VALUES ('r1', 'latency', '2026-01-01 00:00:00', 'complete', '0', "
-                                 "'h', 'host', 1)"))
-            conn.execute(sa.text("INSERT INTO metrics (run_id, target, probe, name, value) "
-                                 "VALUES ('r1', 'emu', 'latency', 'ttft_p99_ms', 5.0)"))
+            for statement, values in statements:
+                conn.execute(sa.text(statement), values)
     finally:
         engine.dispose()
+
+
+def _old_run(host: str, site_column: bool = False) -> tuple[str, dict[str, str]]:
+    """An INSERT of run r1 from `host` (and from site 'fra' where the runs table has sites)."""
+    site = (", site", ", 'fra'") if site_column else ("", "")
+    return (f"INSERT INTO runs (id, suite, started_at, status, prober_version, config_hash, host, pid{site[0]}) "
+            f"VALUES ('r1', 'latency', '2026-01-01 00:00:00', 'complete', '0', 'h', :host, 1{site[1]})",
+            {"host": host})
+
+
+def test_metric_rows_of_a_version_2_database_gain_no_flags(store_url):
+    _old_database(store_url, 2, _old_run("host"),
+                  ("INSERT INTO metrics (run_id, target, probe, name, value) "
+                   "VALUES ('r1', 'emu', 'latency', 'ttft_p99_ms', 5.0)", {}))
     with Store.open(store_url) as upgraded:
         (row,) = upgraded.metrics("r1")
     assert row["value"] == 5.0 and row["flags"] is None
@@ -180,15 +192,7 @@ def test_a_failing_migration_leaves_the_previous_version(store_url):
 
 def test_runs_of_a_version_7_database_get_their_host_as_site(store_url):
     """A store upgraded to sites keeps old runs in the baseline a new run from the same host joins."""
-    engine = open_engine(store_url)
-    try:
-        migrate(engine, upto=7)
-        with engine.begin() as conn:
-            conn.execute(sa.text("INSERT INTO runs (id, suite, started_at, status, prober_version, config_hash, "
-                                 "host, pid) VALUES ('r1', 'latency', '2026-01-01 00:00:00', 'complete', '0', "
-                                 "'h', 'probe-7.fra.example.net', 1)"))
-    finally:
-        engine.dispose()
+    _old_database(store_url, 7, _old_run("probe-7.fra.example.net"))
     with Store.open(store_url) as upgraded:
         run = upgraded.get_run("r1")
     assert run is not None and run["site"] == "probe-7" and run["batch"] is None
@@ -200,24 +204,15 @@ def test_an_alert_from_before_sites_takes_its_runs_site_and_keeps_its_events(sto
     taken already gives way to the newer row."""
     from prober.alerting.alerts import Observation
 
-    engine = open_engine(store_url)
-    try:
-        migrate(engine, upto=9)
-        with engine.begin() as conn:
-            conn.execute(sa.text("INSERT INTO runs (id, suite, started_at, status, prober_version, config_hash, "
-                                 "host, pid, site) VALUES ('r1', 'latency', '2026-01-01 00:00:00', 'complete', "
-                                 "'0', 'h', 'probe-7', 1, 'fra')"))
-            for key, state in (("slo|ttft|emu", "firing"), ("slo|itl|emu", "firing"), ("slo|itl|emu|site=fra", "ok")):
-                conn.execute(sa.text(
-                    "INSERT INTO alerts (key, kind, name, severity, target, suite, probe, metric, state, breaks, "
-                    "detail, updated_at, last_run_id) VALUES (:key, 'slo', 'n', 'page', 'emu', 'latency', "
-                    "'latency', 'ttft_p50_ms', :state, 2, :detail, '2026-01-01 00:00:00', 'r1')"),
-                    {"key": key, "state": state, "detail": '{"for": 2}'})
-            conn.execute(sa.text("INSERT INTO alert_events (alert_key, status, run_id, created_at) "
-                                 "VALUES ('slo|ttft|emu', 'firing', 'r1', '2026-01-01 00:00:00'), "
-                                 "('slo|itl|emu', 'firing', 'r1', '2026-01-01 00:00:00')"))
-    finally:
-        engine.dispose()
+    alert = ("INSERT INTO alerts (key, kind, name, severity, target, suite, probe, metric, state, breaks, detail, "
+             "updated_at, last_run_id) VALUES (:key, 'slo', 'n', 'page', 'emu', 'latency', 'latency', "
+             "'ttft_p50_ms', :state, 2, '{\"for\": 2}', '2026-01-01 00:00:00', 'r1')")
+    event = ("INSERT INTO alert_events (alert_key, status, run_id, created_at) "
+             "VALUES (:key, 'firing', 'r1', '2026-01-01 00:00:00')")
+    _old_database(store_url, 9, _old_run("probe-7", site_column=True),
+                  *((alert, {"key": key, "state": state}) for key, state in
+                    (("slo|ttft|emu", "firing"), ("slo|itl|emu", "firing"), ("slo|itl|emu|site=fra", "ok"))),
+                  (event, {"key": "slo|ttft|emu"}), (event, {"key": "slo|itl|emu"}))
     with Store.open(store_url) as upgraded:
         alerts = {row["key"]: row for row in upgraded.alerts()}
     assert sorted(alerts) == ["slo|itl|emu|site=fra", "slo|ttft|emu|site=fra"]
