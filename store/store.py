@@ -11,7 +11,7 @@ import json
 import math
 import os
 import socket
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 # A pid whose process started this long after the run did belongs to another process (pid reuse).
 _PID_REUSE_SLACK = dt.timedelta(seconds=2)
 _LIST_PAGE = 200
+# The JSON columns of a metric row, read as text by metrics_of_runs and decoded once per distinct text.
+_JSON_METRIC_COLUMNS = frozenset({"labels", "flags"})
 # Room kept aside, in a file beside a SQLite database, for a run's final status write: a run whose
 # samples filled the disk must still be able to record that it failed and why. A few pages of WAL
 # (4 KiB each, plus frame headers) hold that commit.
@@ -323,15 +325,33 @@ class Store:
                     found[row.run_id][row.entry] = dict(row._mapping)
         return found
 
-    def metrics_of_runs(self, run_ids: Sequence[str], target: str) -> list[dict[str, Any]]:
-        """The metric rows of `target` in these runs (through the run-and-target index), by run then id."""
+    def metrics_of_runs(self, run_ids: Sequence[str], target: str, *, units: Collection[str] = (),
+                        names: Collection[str] = ()) -> list[dict[str, Any]]:
+        """The metric rows of `target` in these runs (through the run-and-target index), by run then id.
+        With `units` or `names`: only the rows with one of these units or one of these names (what
+        a drift test can judge is a small part of a baseline's quarter million rows)."""
+        query = sa.select(*[sa.cast(column, sa.Text).label(column.name) if column.name in _JSON_METRIC_COLUMNS
+                            else column for column in metrics.columns]).where(metrics.c.target == target)
+        if units or names:
+            query = query.where(sa.or_(metrics.c.unit.in_(list(units)), metrics.c.name.in_(list(names))))
         rows: list[dict[str, Any]] = []
+        decoded: dict[str, Any] = {}     # a label set recurs in every run: its text is decoded once
         with self._engine.connect() as conn:
             for chunk in _chunks(list(run_ids)):
-                result = conn.execute(sa.select(metrics).where(metrics.c.run_id.in_(chunk), metrics.c.target == target)
-                                      .order_by(metrics.c.run_id, metrics.c.id))
-                names = list(result.keys())      # once, not per row: a baseline is a quarter million rows
-                rows += [dict(zip(names, row, strict=True)) for row in result]
+                result = conn.execute(query.where(metrics.c.run_id.in_(chunk)).order_by(metrics.c.run_id, metrics.c.id))
+                names_of = list(result.keys())      # once, not per row
+                json_at = [index for index, name in enumerate(names_of) if name in _JSON_METRIC_COLUMNS]
+                for values in result:
+                    row = dict(zip(names_of, values, strict=True))
+                    for index in json_at:
+                        text = values[index]
+                        if text is not None:
+                            if text not in decoded:
+                                decoded[text] = json.loads(text)
+                            value = decoded[text]
+                            # a row of its own (labels and flags are flat): a caller may change it
+                            row[names_of[index]] = value.copy() if isinstance(value, (dict, list)) else value
+                    rows.append(row)
         return rows
 
     def latest_complete_runs(self, *, since: dt.datetime | None = None, target: str | None = None,

@@ -49,7 +49,7 @@ from prober.alerting.slo import format_value
 from prober.core import stats
 from prober.core.config import DriftConfig
 from prober.core.metric_rows import is_proportion, judgeable
-from prober.core.probe_registry import metric_family, pooled_labels
+from prober.core.probe_registry import metric_family, pooled_labels, probe_class
 from prober.core.records import labels_key
 
 # Defaults for `[drift] min_effect`: absolute share, relative median change, paired difference.
@@ -238,11 +238,25 @@ def run_values(rows: Iterable[dict[str, Any]]) -> dict[Identity, tuple[RunValue,
     return found
 
 
+PAIRED_METRICS = ("discordant_a_only", "discordant_b_only", "paired_difference")
+
+
+def judged_names(probes: Iterable[str]) -> set[str]:
+    """The metric names `run_values` may read from these probes' rows besides shares (which it
+    finds by their unit, "ratio"): the latency families' metrics and a paired comparison's three."""
+    names = set(PAIRED_METRICS)
+    for probe in probes:
+        for family in getattr(probe_class(probe), "metric_families", ()):
+            if family.kind == "latency":
+                names.update((family.name, *family.metrics))
+    return names
+
+
 def _discordant(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], tuple[tuple[int, int, int], dict[str, Any]]]:
     """((a_only, b_only, items), labels) per paired comparison (probe, labels key) of one run."""
     found: dict[tuple[str, str], dict[str, Any]] = defaultdict(dict)
     for row in rows:
-        if row["name"] in ("discordant_a_only", "discordant_b_only", "paired_difference") and not row.get("flags"):
+        if row["name"] in PAIRED_METRICS and not row.get("flags"):
             found[(row["probe"], labels_key(row.get("labels")))][row["name"]] = row
     counts = {}
     for group, named in found.items():
@@ -374,10 +388,12 @@ def drift_for_run(store: Any, run: dict[str, Any], config: DriftConfig) -> Drift
     outcome, tests = DriftOutcome(), []
     for target in completed_targets(run):
         baselines = select_baselines(store, run, target, config.baseline_runs + 1)
-        # One query per target for the stored metrics of this run and every run of its baselines.
+        # One query per target for the stored metrics of this run and every run of its baselines,
+        # only the rows a test can judge: shares, latency families, paired comparisons.
         wanted = {run["id"], *(r["id"] for b in baselines.values() if b.reset is None for r in b.runs)}
+        probes = {entry["probe"] for entry in store.run_entries(run["id"], target=target)}
         stored: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
-        for row in store.metrics_of_runs(sorted(wanted), target):
+        for row in store.metrics_of_runs(sorted(wanted), target, units=("ratio",), names=judged_names(probes)):
             stored.setdefault((row["run_id"], row["entry"]), []).append(row)
         for entry, baseline in baselines.items():
             if baseline.reset is not None:
