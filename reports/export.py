@@ -4,7 +4,9 @@ Written without pandas, which the core install leaves out: CSV by the csv module
 pyarrow (the parquet extra).
 
 JSON columns (labels, usage, request bodies, ...) are written as JSON text: their keys differ from
-row to row, and text reads back the same from CSV and Parquet alike (`json.loads` it).
+row to row, and text reads back the same from CSV and Parquet alike (`json.loads` it). CSV gets
+the samples' JSON text as stored (a week of a fleet's samples is half a million JSON cells: they
+are not decoded to be encoded again).
 Timestamps are UTC, timezone-aware.
 
 CSV is opened by spreadsheets, which run a cell starting with `=`, `+`, `-` or `@` (or a tab or
@@ -63,9 +65,20 @@ def _write_parquet(columns: dict[str, list[Any]], path: Path) -> None:
 
 
 def _csv_row(row: dict[str, Any], names: list[str]) -> list[Any]:
-    cells = (row.get(name) for name in names)
-    return [_csv_cell(json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value)
-            for value in cells]
+    """_csv_cell of each value (a dict or list as JSON text), without a call per plain cell: a week
+    of a fleet's samples is two million cells."""
+    cells: list[Any] = []
+    for name in names:
+        value = row.get(name)
+        if value is None:
+            cells.append("")
+        elif isinstance(value, str):
+            cells.append(spreadsheet_safe(value))
+        elif isinstance(value, (dict, list)):
+            cells.append(_csv_cell(json.dumps(value, sort_keys=True)))
+        else:
+            cells.append(_csv_cell(value))
+    return cells
 
 
 def _stream_csv(rows: Iterable[dict[str, Any]], path: Path) -> None:
@@ -89,7 +102,8 @@ def export_tables(store: Store, fmt: str, out_dir: Path, *, since: dt.datetime |
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     tables: tuple[tuple[str, Callable[[], Iterable[dict[str, Any]]]], ...] = (
-        ("samples", lambda: store.iter_sample_history(since=since, run_id=run_id, target=target)),
+        ("samples", lambda: store.iter_sample_history(since=since, run_id=run_id, target=target,
+                                                         json_text=fmt == "csv")),
         ("metrics", lambda: store.metric_history(since=since, run_id=run_id, target=target)))
     for name, read in tables:
         path = out_dir / f"{name}.{fmt}"

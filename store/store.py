@@ -46,8 +46,8 @@ if TYPE_CHECKING:
 # A pid whose process started this long after the run did belongs to another process (pid reuse).
 _PID_REUSE_SLACK = dt.timedelta(seconds=2)
 _LIST_PAGE = 200
-# The JSON columns of a metric row, read as text by metrics_of_runs and decoded once per distinct text.
-_JSON_METRIC_COLUMNS = frozenset({"labels", "flags"})
+# Sample rows fetched at a time when streaming them: a few MB, not a run's hundreds.
+_SAMPLE_BATCH = 500
 # Room kept aside, in a file beside a SQLite database, for a run's final status write: a run whose
 # samples filled the disk must still be able to record that it failed and why. A few pages of WAL
 # (4 KiB each, plus frame headers) hold that commit.
@@ -330,8 +330,7 @@ class Store:
         """The metric rows of `target` in these runs (through the run-and-target index), by run then id.
         With `units` or `names`: only the rows with one of these units or one of these names (what
         a drift test can judge is a small part of a baseline's quarter million rows)."""
-        query = sa.select(*[sa.cast(column, sa.Text).label(column.name) if column.name in _JSON_METRIC_COLUMNS
-                            else column for column in metrics.columns]).where(metrics.c.target == target)
+        query = sa.select(*map(_as_json_text, metrics.columns)).where(metrics.c.target == target)
         if units or names:
             query = query.where(sa.or_(metrics.c.unit.in_(list(units)), metrics.c.name.in_(list(names))))
         rows: list[dict[str, Any]] = []
@@ -340,7 +339,7 @@ class Store:
             for chunk in _chunks(list(run_ids)):
                 result = conn.execute(query.where(metrics.c.run_id.in_(chunk)).order_by(metrics.c.run_id, metrics.c.id))
                 names_of = list(result.keys())      # once, not per row
-                json_at = [index for index, name in enumerate(names_of) if name in _JSON_METRIC_COLUMNS]
+                json_at = [index for index, name in enumerate(names_of) if _is_json(metrics, name)]
                 for values in result:
                     row = dict(zip(names_of, values, strict=True))
                     for index in json_at:
@@ -656,18 +655,40 @@ class Store:
         return list(self.iter_sample_history(since=since, target=target, suite=suite, run_id=run_id))
 
     def iter_sample_history(self, *, since: dt.datetime | None = None, target: str | None = None,
-                            suite: str | None = None, run_id: str | None = None) -> Iterator[dict[str, Any]]:
-        """As `sample_history`, a run at a time: a week of a fleet's samples is hundreds of MB as dicts."""
-        query = (sa.select(samples, runs.c.suite, runs.c.site.label("run_site"))
+                            suite: str | None = None, run_id: str | None = None,
+                            json_text: bool = False) -> Iterator[dict[str, Any]]:
+        """As `sample_history`, a run at a time: a week of a fleet's samples is hundreds of MB as dicts.
+        With `json_text`, a JSON object or array comes as the JSON text stored, not decoded (an
+        export writes text anyway); a JSON scalar is decoded as usual."""
+        columns = [_as_json_text(column) if json_text else column for column in samples.columns]
+        query = (sa.select(*columns, runs.c.suite, runs.c.site.label("run_site"))
                  .join(runs, runs.c.id == samples.c.run_id)
                  .order_by(runs.c.started_at, runs.c.id, samples.c.id))
         query = _across_runs(query, samples, since, target, suite, run_id, None)
         with self._engine.connect() as conn:
-            if since is None:
-                yield from (dict(row._mapping) for row in conn.execute(query))
-                return
-            for window_run in _window_runs(conn, since):
-                yield from (dict(row._mapping) for row in conn.execute(query.where(samples.c.run_id == window_run)))
+            reads = [query] if since is None else [query.where(samples.c.run_id == window_run)
+                                                    for window_run in _window_runs(conn, since)]
+            for read in reads:
+                result = conn.execute(read)
+                names = list(result.keys())
+                texts = [index for index, name in enumerate(names) if json_text and _is_json(samples, name)]
+                for values in result.partitions(_SAMPLE_BATCH):
+                    for value_row in values:
+                        row = dict(zip(names, value_row, strict=True))
+                        for index in texts:
+                            text = value_row[index]
+                            if text is not None and text[:1] not in ("{", "["):
+                                row[names[index]] = json.loads(text)
+                        yield row
+
+
+def _is_json(table: sa.Table, name: str) -> bool:
+    return name in table.c and isinstance(table.c[name].type, sa.types.JSON)
+
+
+def _as_json_text(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
+    """A JSON column read as its stored text (both backends keep the text as written)."""
+    return sa.cast(column, sa.Text).label(column.name) if isinstance(column.type, sa.types.JSON) else column
 
 
 def _read_window(conn: sa.Connection, query: sa.Select[Any], table: sa.Table,

@@ -202,26 +202,38 @@ def family_labels(probe: str, metric: str, labels: dict[str, Any]) -> dict[str, 
     return {k: v for k, v in labels.items() if k not in pooled}
 
 
-def run_values(rows: Iterable[dict[str, Any]]) -> dict[Identity, tuple[RunValue, dict[str, Any]]]:
-    """Every testable metric family of one run's rows of one target, with its labels."""
+# (probe, family metric, cell labels key) -> the family's labels of that cell and their key: the
+# same few hundred cells recur in every baseline run, and filing one costs more than testing it.
+CellFamilies = dict[tuple[str, str, str], tuple[dict[str, Any], str]]
+
+
+def run_values(rows: Iterable[dict[str, Any]],
+               filed: CellFamilies | None = None) -> dict[Identity, tuple[RunValue, dict[str, Any]]]:
+    """Every testable metric family of one run's rows of one target, with its labels. `filed`:
+    the cells filed by earlier calls (the runs of one baseline), and this call's added to it."""
     shares: dict[Identity, list[tuple[str, int, int]]] = defaultdict(list)
     logs: dict[Identity, list[tuple[str, float, int]]] = defaultdict(list)
     labels_of: dict[Identity, dict[str, Any]] = {}
+    filed = {} if filed is None else filed
     rows = list(rows)
     for row in rows:
-        labels = row.get("labels") or {}
+        probe = row["probe"]
         if is_proportion(row):
-            kept = family_labels(row["probe"], row["name"], labels)
-            identity = ("proportion", row["probe"], row["name"], labels_key(kept))
-            shares[identity].append((labels_key(labels), round(row["value"] * row["n"]), int(row["n"])))
-        elif ((family := metric_family(row["probe"], row["name"])) is not None and family.kind == "latency"
+            kind, metric = "proportion", row["name"]
+        elif ((family := metric_family(probe, row["name"])) is not None and family.kind == "latency"
               and judgeable(row) and row["value"] > 0):
-            metric = family.name
-            kept = family_labels(row["probe"], metric, labels)
-            identity = ("latency", row["probe"], metric, labels_key(kept))
-            logs[identity].append((labels_key(labels), math.log(row["value"]), int(row.get("n") or 0)))
+            kind, metric = "latency", family.name
         else:
             continue
+        labels = row.get("labels") or {}
+        cell = labels_key(labels)
+        kept, kept_key = filed.get((probe, metric, cell)) or filed.setdefault(
+            (probe, metric, cell), (kept := family_labels(probe, metric, labels), labels_key(kept)))
+        identity = (kind, probe, metric, kept_key)
+        if kind == "proportion":
+            shares[identity].append((cell, round(row["value"] * row["n"]), int(row["n"])))
+        else:
+            logs[identity].append((cell, math.log(row["value"]), int(row.get("n") or 0)))
         labels_of[identity] = kept
     found: dict[Identity, tuple[RunValue, dict[str, Any]]] = {}
     for identity, cells in shares.items():
@@ -403,8 +415,9 @@ def drift_for_run(store: Any, run: dict[str, Any], config: DriftConfig) -> Drift
                 outcome.not_tested.append(f"drift: {target} {entry}: {len(window)} comparable baseline run(s), "
                                           f"the night-level tests need {needed}: not tested")
                 continue
-            found, short = target_tests(target, run_values(stored.get((run["id"], entry), [])),
-                                        [run_values(stored.get((r["id"], entry), [])) for r in window], config)
+            filed: CellFamilies = {}
+            found, short = target_tests(target, run_values(stored.get((run["id"], entry), []), filed),
+                                        [run_values(stored.get((r["id"], entry), []), filed) for r in window], config)
             tests += found
             if short:
                 outcome.not_tested.append(f"drift: {target} {entry}: {short} metric(s) seen in fewer than {needed} "
