@@ -326,11 +326,13 @@ class Store:
         return found
 
     def metrics_of_runs(self, run_ids: Sequence[str], target: str, *, units: Collection[str] = (),
-                        names: Collection[str] = ()) -> list[dict[str, Any]]:
+                        names: Collection[str] = (), columns: Collection[str] = ()) -> list[dict[str, Any]]:
         """The metric rows of `target` in these runs (through the run-and-target index), by run then id.
-        With `units` or `names`: only the rows with one of these units or one of these names (what
-        a drift test can judge is a small part of a baseline's quarter million rows)."""
-        query = sa.select(*map(_as_json_text, metrics.columns)).where(metrics.c.target == target)
+        With `units` or `names`: only the rows with one of these units or one of these names; with
+        `columns`, only these columns (what a drift test judges is a small part of a baseline's
+        quarter million rows)."""
+        query = sa.select(*[_as_json_text(column) for column in metrics.columns
+                            if not columns or column.name in columns]).where(metrics.c.target == target)
         if units or names:
             query = query.where(sa.or_(metrics.c.unit.in_(list(units)), metrics.c.name.in_(list(names))))
         rows: list[dict[str, Any]] = []

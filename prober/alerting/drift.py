@@ -251,6 +251,8 @@ def run_values(rows: Iterable[dict[str, Any]],
 
 
 PAIRED_METRICS = ("discordant_a_only", "discordant_b_only", "paired_difference")
+# What run_values reads of a metric row, and drift_for_run groups the rows by.
+RUN_VALUE_COLUMNS = ("run_id", "entry", "probe", "name", "labels", "value", "ci_low", "n", "unit", "flags")
 
 
 def judged_names(probes: Iterable[str]) -> set[str]:
@@ -405,7 +407,8 @@ def drift_for_run(store: Any, run: dict[str, Any], config: DriftConfig) -> Drift
         wanted = {run["id"], *(r["id"] for b in baselines.values() if b.reset is None for r in b.runs)}
         probes = {entry["probe"] for entry in store.run_entries(run["id"], target=target)}
         stored: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
-        for row in store.metrics_of_runs(sorted(wanted), target, units=("ratio",), names=judged_names(probes)):
+        for row in store.metrics_of_runs(sorted(wanted), target, units=("ratio",), names=judged_names(probes),
+                                         columns=RUN_VALUE_COLUMNS):
             stored.setdefault((row["run_id"], row["entry"]), []).append(row)
         for entry, baseline in baselines.items():
             if baseline.reset is not None:

@@ -325,3 +325,49 @@ def test_drift_on_stored_runs_uses_the_previous_complete_runs_of_the_suite_and_t
         assert one_night[("latency", "ttft_ms")].effect == pytest.approx(1.5, abs=0.1)
     else:
         assert fired == set() and evaluation.firing == []
+
+
+def _mixed_night(rng: np.random.Generator, shift: float) -> list[dict]:
+    """A night of every kind of row a probe stores: the ones drift judges (shares, latency, a paired
+    comparison, a penalty grid) and the ones it never reads (a difference of shares with unit
+    "ratio", throughput, counts, a flagged percentile), with night-to-night wobble."""
+    wobble = float(np.exp(rng.normal(0, 0.04)))
+    rows = [{"probe": "latency", "name": "ttft_p50_ms", "value": 100 * wobble * shift * (1 + level / 8), "n": 32,
+             "unit": "ms", "labels": {"concurrency": level}} for level in (1, 4)]
+    rows += [{"probe": "latency", "name": "ttft_p99_ms", "value": 400 * wobble, "n": 32, "unit": "ms",
+              "labels": {"concurrency": 4}, "flags": ["interval_unbounded"]},
+             {"probe": "latency", "name": "tokens_per_s", "value": 50 / wobble, "n": 32, "unit": "tokens/s",
+              "labels": {"concurrency": 4}},
+             {"probe": "latency", "name": "requests", "value": 64, "unit": "requests", "labels": {}},
+             {"probe": "latency", "name": "ttft_warm_vs_cold", "value": 0.8 * wobble, "n": 32, "unit": "ratio",
+              "labels": {"case": "naïve"}},
+             {"probe": "latency", **share("error_rate", int(rng.binomial(64, 0.05 * shift)), 64, concurrency=4)},
+             {"probe": "latency", **share("goodput", int(rng.binomial(64, 0.9)), 64, concurrency=4)}]
+    rows += [{key: value for key, value in row.items() if key != "target"}
+             for row in _paired_rows(int(rng.poisson(12 * shift)), int(rng.poisson(10)))]
+    rows += [{key: value for key, value in row.items() if key != "target"}
+             for row in _penalty_night({("json_schema", 0.2): int(rng.binomial(3, 0.1 * shift))})]
+    return rows
+
+
+@pytest.mark.parametrize("shift", [1.0, 2.5])
+def test_the_store_path_reads_only_judged_rows_and_decides_as_every_row_of_the_baseline_would(tmp_path, shift):
+    """drift_for_run reads the baseline's judged rows only (by unit and name, some columns), a few
+    candidate runs at a time: its tests equal those made from every stored row of the same runs."""
+    config = DriftConfig(baseline_runs=8, min_baseline_runs=5)
+    rng = np.random.default_rng(7)
+    with Store.open(f"sqlite:///{tmp_path / 'mixed.db'}") as store:
+        for night in range(14):
+            add_run(store, f"n{night:02d}", night, _mixed_night(rng, 1.0), suite="nightly")
+        tonight = add_run(store, "n14", 14, _mixed_night(rng, shift), suite="nightly")
+        found = drift_for_run(store, tonight, config)
+        earlier = [f"n{night:02d}" for night in range(13, 13 - config.baseline_runs - 1, -1)]
+        tests = []
+        for entry in sorted({row["entry"] for row in store.metrics("n14")}):
+            every_row = [run_values(store.metrics(run_id, target="emu", entry=entry)) for run_id in earlier]
+            tests += target_tests("emu", run_values(store.metrics("n14", target="emu", entry=entry)), every_row,
+                                  config)[0]
+    expected = decide(tests, config)
+    assert {t.kind for t in expected} == {"proportion", "latency", "paired"}
+    assert found.tests == expected
+    assert any(t.pages for t in expected) == (shift > 1)
