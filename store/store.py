@@ -678,7 +678,7 @@ class Store:
                     for value_row in values:
                         row = dict(zip(names, value_row, strict=True))
                         for index in texts:
-                            text = value_row[index]
+                            text: str | None = value_row[index]
                             if text is not None and text[:1] not in ("{", "["):
                                 row[names[index]] = json.loads(text)
                         yield row
