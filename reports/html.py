@@ -22,6 +22,13 @@ from reports.svg import fmt, interval_text, render
 if TYPE_CHECKING:
     from reports.site import SiteIndex
 
+
+def recent_text(values: Sequence[float | None]) -> str:
+    """A metric's values in its newest six complete runs, oldest first: one filter call per table
+    row, not a Jinja map and join (a year's site has tens of thousands of rows)."""
+    return " → ".join(fmt(value) for value in values[-6:])
+
+
 _ENV = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
     autoescape=True,
@@ -32,6 +39,7 @@ _ENV = jinja2.Environment(
 _ENV.filters["fmt"] = fmt
 _ENV.filters["labels"] = label_text
 _ENV.filters["svg"] = lambda plot: Markup(render(plot))
+_ENV.filters["recent"] = recent_text
 _ENV.filters["interval"] = lambda m: interval_text(m.ci_low, m.ci_high, m.flags)
 _ENV.globals["flag_notes"] = FLAG_NOTES
 _ENV.globals["percentile_note"] = PERCENTILE_INTERVAL_NOTE
