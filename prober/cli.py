@@ -60,7 +60,9 @@ err = Console(file=cast(IO[str], RedactingStream(stderr=True)), stderr=True, hig
 ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="prober.toml to use "
                          "(default: ./prober.toml if present, else built-in targets local, emulator "
                          "and emulator-openai)")]
-DbOption = Annotated[str | None, typer.Option("--db", help="store URL, overriding the config's [store] url")]
+# PROBER_DB: a store URL with a password stays off the command line (ps, a pod's spec).
+DbOption = Annotated[str | None, typer.Option("--db", envvar="PROBER_DB",
+                                              help="store URL, overriding the config's [store] url")]
 
 
 def _config(path: Path | None, db: str | None = None) -> ProberConfig:

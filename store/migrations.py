@@ -264,6 +264,33 @@ def _m009_history_indexes(conn: sa.Connection) -> None:
     sa.Index("ix_metrics_run_name", metrics.c.run_id, metrics.c.name, metrics.c.target).create(conn)
 
 
+def _m010_alert_site(conn: sa.Connection) -> None:
+    """An alert's identity ends in `|site=NAME` since alerts are per (target, site). An alert
+    stored before that would never be judged again (no run makes its old key), so a firing one
+    would stay in every report's banner: it takes the site of the run that last judged it, and its
+    events follow it. Where that run's site already has an alert of the new key, the newer row is
+    kept and the old one's events join it."""
+    md = sa.MetaData()
+    # Reflected, so that the copy names every column the table has; detail read and written as JSON.
+    alerts = sa.Table("alerts", md, sa.Column("detail", JSONColumn()), autoload_with=conn)
+    events = sa.Table("alert_events", md, sa.Column("alert_key", sa.Text))
+    runs = sa.Table("runs", md, sa.Column("id", sa.Text), sa.Column("site", sa.Text))
+    old = conn.execute(sa.select(alerts.c.key, alerts.c.detail, runs.c.site)
+                       .join(runs, runs.c.id == alerts.c.last_run_id)
+                       .where(alerts.c.key.not_like("%|site=%"), runs.c.site.is_not(None))).all()
+    for key, detail, site in old:
+        new_key = f"{key}|site={site}"
+        if conn.execute(sa.select(alerts.c.key).where(alerts.c.key == new_key)).first() is None:
+            copied = [column for column in alerts.c if column.name != "key"]
+            conn.execute(alerts.insert().from_select(
+                ["key", *(column.name for column in copied)],
+                sa.select(sa.literal(new_key), *copied).where(alerts.c.key == key)))
+            conn.execute(alerts.update().where(alerts.c.key == new_key)
+                         .values(detail={**(detail or {}), "site": site}))
+        conn.execute(events.update().where(events.c.alert_key == key).values(alert_key=new_key))
+        conn.execute(alerts.delete().where(alerts.c.key == key))
+
+
 # Append new migrations here; never edit or reorder the ones above.
 MIGRATIONS: list[Migration] = [
     _m001_initial,
@@ -275,6 +302,7 @@ MIGRATIONS: list[Migration] = [
     _m007_metric_flags,
     _m008_run_site_batch,
     _m009_history_indexes,
+    _m010_alert_site,
 ]
 
 

@@ -55,3 +55,16 @@ def test_report_of_an_unknown_batch_is_one_line_and_exit_2(tmp_path, config):
     ran = prober("report", "--batch", "2026-12-01", "--config", str(config), "--out", str(tmp_path / "r"),
                  cwd=tmp_path)
     assert_one_clear_line(ran, "--batch '2026-12-01': no run of this batch in sqlite:///")
+
+
+def test_the_store_url_can_come_from_prober_db(tmp_path, config):
+    """A pod passes its store URL (with its password) in PROBER_DB, never on the command line."""
+    from tests.store.test_store_roundtrip import make_run
+
+    elsewhere = f"sqlite:///{tmp_path / 'from-env.db'}"
+    with Store.open(elsewhere) as store:
+        store.create_run(make_run("run-from-env"))
+    ran = prober("runs", "--config", str(config), cwd=tmp_path, env={"PROBER_DB": elsewhere})
+    assert ran.returncode == 0, ran.stderr
+    assert "run-from-env" in ran.stdout
+    assert not (tmp_path / "p.db").exists()

@@ -167,8 +167,10 @@ def _run_script(cronjob: str, tmp_path: Path, **env: str) -> tuple[subprocess.Co
     bin_dir.mkdir(exist_ok=True)
     calls = tmp_path / "calls"
     stand_in = bin_dir / "prober"
-    stand_in.write_text(f"#!{sys.executable}\nimport sys\nwith open({str(calls)!r}, 'a') as f:\n"
-                        "    f.write('\\0'.join(sys.argv[1:]) + '\\n')\n", encoding="utf-8")
+    # (it records the store URL prober would read from the environment as a last argument, db=...)
+    stand_in.write_text(f"#!{sys.executable}\nimport os, sys\nwith open({str(calls)!r}, 'a') as f:\n"
+                        "    f.write('\\0'.join([*sys.argv[1:], 'db=' + os.environ.get('PROBER_DB', '')]) + '\\n')\n",
+                        encoding="utf-8")
     stand_in.chmod(0o755)
     full_env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **literal, **env}
     done = subprocess.run(["/bin/sh", "-c", script], env=full_env, capture_output=True, text=True, timeout=60)
@@ -194,18 +196,19 @@ def test_a_shard_of_a_scheduled_night_runs_its_slice_in_the_nights_batch(tmp_pat
     scheduled = datetime(2026, 12, 1, 3, 15, tzinfo=UTC)
     minutes = int(scheduled.timestamp()) // 60
     done, calls = _run_script("prober-fleet", tmp_path, JOB_NAME=f"prober-fleet-{minutes}",
-                              JOB_COMPLETION_INDEX="2", PROBER_STORE_URL="postgresql+psycopg://p:secret@db/prober")
+                              JOB_COMPLETION_INDEX="2", PROBER_DB="postgresql+psycopg://p:secret@db/prober")
     assert done.returncode == 0, done.stderr
     (argv,) = calls
     assert argv[:2] == ["run", "--suite"]
     assert _option(argv, "--shard") == "2/4"
     assert _option(argv, "--batch") == "2026-12-01T03:15Z"
-    assert _option(argv, "--db") == "postgresql+psycopg://p:secret@db/prober"
+    assert argv[-1] == "db=postgresql+psycopg://p:secret@db/prober"      # from the environment,
+    assert not any("secret" in arg for arg in argv[:-1])                   # never on the command line
 
 
 def test_a_job_made_by_hand_uses_its_name_as_the_batch(tmp_path):
     done, calls = _run_script("prober-fleet", tmp_path, JOB_NAME="prober-fleet-rerun-7", JOB_COMPLETION_INDEX="0",
-                              PROBER_STORE_URL="postgresql+psycopg://db/prober")
+                              PROBER_DB="postgresql+psycopg://db/prober")
     assert done.returncode == 0, done.stderr
     (argv,) = calls
     assert _option(argv, "--batch") == "prober-fleet-rerun-7"
@@ -215,7 +218,7 @@ def test_a_job_made_by_hand_uses_its_name_as_the_batch(tmp_path):
 def test_the_fleet_report_reads_tonights_batch(tmp_path):
     """The batch the shards wrote tonight: today at prober-fleet's scheduled time."""
     before = datetime.now(UTC)
-    done, calls = _run_script("prober-fleet-report", tmp_path, PROBER_STORE_URL="postgresql+psycopg://db/prober")
+    done, calls = _run_script("prober-fleet-report", tmp_path, PROBER_DB="postgresql+psycopg://db/prober")
     assert done.returncode == 0, done.stderr
     report, export = calls
     minute, hour = by_kind("CronJob")["prober-fleet"]["spec"]["schedule"].split()[:2]
@@ -226,9 +229,9 @@ def test_the_fleet_report_reads_tonights_batch(tmp_path):
 
 @pytest.mark.parametrize("cronjob", ["prober-nightly", "prober-fleet", "prober-fleet-report"])
 def test_an_empty_store_secret_stops_the_pod_before_prober_runs(cronjob, tmp_path):
-    """`--db ""` would fall back to a SQLite file in the pod's scratch directory, lost with the pod."""
+    """An empty PROBER_DB would fall back to a SQLite file in the pod's scratch directory, lost with the pod."""
     done, calls = _run_script(cronjob, tmp_path, JOB_NAME="prober-fleet-29412345", JOB_COMPLETION_INDEX="0",
-                              PROBER_STORE_URL="")
+                              PROBER_DB="")
     assert done.returncode == 2
     assert "prober-store" in done.stderr
     assert calls == []

@@ -62,7 +62,8 @@ def test_new_database_gets_the_whole_schema(store_url):
                                                                (5, "m005_run_provenance"), (6, "m006_store_identity"),
                                                                (7, "m007_metric_flags"),
                                                                (8, "m008_run_site_batch"),
-                                                               (9, "m009_history_indexes")]
+                                                               (9, "m009_history_indexes"),
+                                                               (10, "m010_alert_site")]
         assert schema_version(engine) == len(MIGRATIONS)
     finally:
         engine.dispose()
@@ -134,18 +135,30 @@ def test_old_database_is_upgraded_in_place_and_keeps_its_rows(store_url):
         Store.open(store_url)
 
 
-def test_metric_rows_of_a_version_2_database_gain_no_flags(store_url):
+def _old_database(store_url: str, version: int, *statements: tuple[str, dict[str, str]]) -> None:
+    """A database migrated only up to `version`, holding what `statements` insert."""
     engine = open_engine(store_url)
     try:
-        migrate(engine, upto=2)
+        migrate(engine, upto=version)
         with engine.begin() as conn:
-            conn.execute(sa.text("INSERT INTO runs (id, suite, started_at, status, prober_version, config_hash, "
-                                 "host, pid) VALUES ('r1', 'latency', '2026-01-01 00:00:00', 'complete', '0', "
-                                 "'h', 'host', 1)"))
-            conn.execute(sa.text("INSERT INTO metrics (run_id, target, probe, name, value) "
-                                 "VALUES ('r1', 'emu', 'latency', 'ttft_p99_ms', 5.0)"))
+            for statement, values in statements:
+                conn.execute(sa.text(statement), values)
     finally:
         engine.dispose()
+
+
+def _old_run(host: str, site_column: bool = False) -> tuple[str, dict[str, str]]:
+    """An INSERT of run r1 from `host` (and from site 'fra' where the runs table has sites)."""
+    site = (", site", ", 'fra'") if site_column else ("", "")
+    return (f"INSERT INTO runs (id, suite, started_at, status, prober_version, config_hash, host, pid{site[0]}) "
+            f"VALUES ('r1', 'latency', '2026-01-01 00:00:00', 'complete', '0', 'h', :host, 1{site[1]})",
+            {"host": host})
+
+
+def test_metric_rows_of_a_version_2_database_gain_no_flags(store_url):
+    _old_database(store_url, 2, _old_run("host"),
+                  ("INSERT INTO metrics (run_id, target, probe, name, value) "
+                   "VALUES ('r1', 'emu', 'latency', 'ttft_p99_ms', 5.0)", {}))
     with Store.open(store_url) as upgraded:
         (row,) = upgraded.metrics("r1")
     assert row["value"] == 5.0 and row["flags"] is None
@@ -179,15 +192,41 @@ def test_a_failing_migration_leaves_the_previous_version(store_url):
 
 def test_runs_of_a_version_7_database_get_their_host_as_site(store_url):
     """A store upgraded to sites keeps old runs in the baseline a new run from the same host joins."""
-    engine = open_engine(store_url)
-    try:
-        migrate(engine, upto=7)
-        with engine.begin() as conn:
-            conn.execute(sa.text("INSERT INTO runs (id, suite, started_at, status, prober_version, config_hash, "
-                                 "host, pid) VALUES ('r1', 'latency', '2026-01-01 00:00:00', 'complete', '0', "
-                                 "'h', 'probe-7.fra.example.net', 1)"))
-    finally:
-        engine.dispose()
+    _old_database(store_url, 7, _old_run("probe-7.fra.example.net"))
     with Store.open(store_url) as upgraded:
         run = upgraded.get_run("r1")
     assert run is not None and run["site"] == "probe-7" and run["batch"] is None
+
+
+def test_an_alert_from_before_sites_takes_its_runs_site_and_keeps_its_events(store_url):
+    """A firing alert stored before alerts were per site gets the identity the next run from its
+    site judges (so that run can resolve it) and its outbox events; one whose new identity is
+    taken already gives way to the newer row."""
+    from prober.alerting.alerts import Observation
+
+    alert = ("INSERT INTO alerts (key, kind, name, severity, target, suite, probe, metric, state, breaks, detail, "
+             "updated_at, last_run_id) VALUES (:key, 'slo', 'n', 'page', 'emu', 'latency', 'latency', "
+             "'ttft_p50_ms', :state, 2, '{\"for\": 2}', '2026-01-01 00:00:00', 'r1')")
+    event = ("INSERT INTO alert_events (alert_key, status, run_id, created_at) "
+             "VALUES (:key, 'firing', 'r1', '2026-01-01 00:00:00')")
+    _old_database(store_url, 9, _old_run("probe-7", site_column=True),
+                  *((alert, {"key": key, "state": state}) for key, state in
+                    (("slo|ttft|emu", "firing"), ("slo|itl|emu", "firing"), ("slo|itl|emu|site=fra", "ok"))),
+                  (event, {"key": "slo|ttft|emu"}), (event, {"key": "slo|itl|emu"}))
+    with Store.open(store_url) as upgraded:
+        alerts = {row["key"]: row for row in upgraded.alerts()}
+    assert sorted(alerts) == ["slo|itl|emu|site=fra", "slo|ttft|emu|site=fra"]
+    moved = alerts["slo|ttft|emu|site=fra"]
+    assert moved["state"] == "firing" and moved["breaks"] == 2 and moved["detail"] == {"for": 2, "site": "fra"}
+    assert alerts["slo|itl|emu|site=fra"]["state"] == "ok"        # the newer row stays
+    observation = Observation(key="slo|ttft|emu", kind="slo", name="n", severity="page", target="emu",
+                              suite="latency", probe="latency", metric="ttft_p50_ms", labels={}, value=1.0,
+                              broken=False, for_runs=2, summary="", site="fra")
+    assert observation.identity == "slo|ttft|emu|site=fra"          # the next run from fra judges it
+    engine = open_engine(store_url)
+    try:
+        with engine.connect() as conn:
+            keys = sorted(conn.execute(sa.text("SELECT alert_key FROM alert_events")).scalars())
+    finally:
+        engine.dispose()
+    assert keys == ["slo|itl|emu|site=fra", "slo|ttft|emu|site=fra"]
