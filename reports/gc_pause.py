@@ -5,7 +5,7 @@ small objects more (series, points, charts, page text) that live until the pages
 Each full collection scans every live container, and the allocations keep triggering them: on a
 synthetic year of 20 targets, a third of the site's CPU time went to collections that freed
 nothing (the report's objects are plain trees, freed by reference counting). The cycles some
-libraries leave behind wait until the report is written and the collector runs again.
+libraries leave behind wait until the collector runs again on its own, after the report.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """No cyclic collection inside the block; one afterwards, where the collector was enabled."""
+    """No cyclic collection inside the block (the collector is enabled again after it, if it was)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -25,4 +25,3 @@ def collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-            gc.collect()
