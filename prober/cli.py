@@ -263,6 +263,7 @@ def report(
     """
     from prober.alerting.verdicts import ReportVerdicts
     from reports.collect import collect, load_window, parse_since
+    from reports.gc_pause import collector_paused
     from reports.render import RENDERERS, write_report
     from reports.site import write_site
 
@@ -278,9 +279,10 @@ def report(
             from store.engine import redacted
 
             raise ConfigError(f"--batch {batch!r}: no run of this batch in {redacted(cfg.store.url)}")
-        window = load_window(store, start, target, batch=batch)     # read once: the report and its run pages
-        collected = collect(store, verdicts, start, target, window=window, batch=batch)
-        path = write_site(store, verdicts, collected, out_dir, window) if fmt == "html" else None
+        with collector_paused():       # (reports/gc_pause.py: a third of a year's report was collections)
+            window = load_window(store, start, target, batch=batch)     # read once: the report and its run pages
+            collected = collect(store, verdicts, start, target, window=window, batch=batch)
+            path = write_site(store, verdicts, collected, out_dir, window) if fmt == "html" else None
     finally:
         store.close()
     path = path or write_report(collected, fmt, out_dir)

@@ -19,6 +19,7 @@ and its own page (reports/site.py) shows what it stored.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import math
 import re
@@ -270,6 +271,16 @@ class SectionHistory:
     # the older runs, summarized per period
     summaries: list[PeriodSummary] = field(default_factory=list)
 
+    @functools.cached_property
+    def by_probe(self) -> dict[str, tuple[list[PeriodSummary], list[dict[str, Any]]]]:
+        """probe -> its summaries and its rows: a section's trends are drawn probe by probe."""
+        found: dict[str, tuple[list[PeriodSummary], list[dict[str, Any]]]] = defaultdict(lambda: ([], []))
+        for summary in self.summaries:
+            found[summary.row["probe"]][0].append(summary)
+        for row in self.rows:
+            found[row["probe"]][1].append(row)
+        return dict(found)
+
     def up_to(self, run: RunInfo) -> SectionHistory:
         """The history as it was when `run` (one of its runs) was the newest."""
         kept = self.runs[:[r.id for r in self.runs].index(run.id) + 1]
@@ -297,8 +308,18 @@ class Window:
         return self.looked_up[key]
 
 
-def _periods(store: Store, target: str, older: Sequence[RunInfo]) -> list[PeriodSummary]:
-    """The older runs' metrics, one summary per period and metric, aggregated by the database."""
+@dataclass(frozen=True)
+class _Period:
+    """One period of a section's older runs: where it starts and ends, and its complete runs."""
+
+    start: dt.datetime
+    end: dt.datetime
+    run_ids: tuple[str, ...]
+    at: dt.datetime               # the middle of its runs
+
+
+def _periods(older: Sequence[RunInfo]) -> list[_Period]:
+    """The older runs' periods: whole weeks on a Monday grid, at most MAX_PERIODS of them."""
     complete = [r for r in older if r.complete]
     if not complete:
         return []
@@ -312,9 +333,27 @@ def _periods(store: Store, target: str, older: Sequence[RunInfo]) -> list[Period
     for index, members in sorted(groups.items()):
         start = _MONDAY + index * period
         first, last = members[0].started_at, members[-1].started_at
-        for row in store.metric_summary([r.id for r in members], target):
+        found.append(_Period(start, start + period, tuple(r.id for r in members), first + (last - first) / 2))
+    return found
+
+
+def _summaries(store: Store, periods_of: dict[tuple[str, str, str], list[_Period]]
+               ) -> dict[tuple[str, str, str], list[PeriodSummary]]:
+    """Each section's metrics, one summary per period and metric, aggregated by the database. The
+    targets of a suite mostly ran in the same runs, so a period is one store call for all of them."""
+    targets_of: dict[_Period, list[tuple[str, str, str]]] = defaultdict(list)
+    for key, periods in periods_of.items():
+        for period in periods:
+            targets_of[period].append(key)
+    found: dict[tuple[str, str, str], list[PeriodSummary]] = {key: [] for key in periods_of}
+    for period, keys in targets_of.items():
+        by_target = {key[0]: key for key in keys}       # (one suite and site per period: its runs are theirs)
+        for row in store.metric_summary(period.run_ids, list(by_target)):
             row[_SERIES] = _series_key(row)
-            found.append(PeriodSummary(start, start + period, first + (last - first) / 2, len(members), row))
+            found[by_target[row["target"]]].append(
+                PeriodSummary(period.start, period.end, period.at, len(period.run_ids), row))
+    for summaries in found.values():
+        summaries.sort(key=lambda summary: summary.start)     # stable: each period's rows keep their order
     return found
 
 
@@ -337,15 +376,21 @@ def load_window(store: Store, since: dt.datetime | None = None, target: str | No
             row.update(suite=suite_name, run_started_at=run.started_at, run_status=run.status, run_site=site_name)
             row[_SERIES] = _series_key(row)
         rows.sort(key=lambda row: order[row["run_id"]][0])      # stable: each run's rows keep their order
-        sections[(target_name, suite_name, site_name)] = SectionHistory(
-            target_name, suite_name, site_name, runs, rows, _periods(store, target_name, runs[:-DETAIL_RUNS]))
+        sections[(target_name, suite_name, site_name)] = SectionHistory(target_name, suite_name, site_name, runs, rows)
+    summaries = _summaries(store, {key: _periods(history.runs[:-DETAIL_RUNS]) for key, history in sections.items()})
+    for key, history in sections.items():
+        history.summaries = summaries[key]
     return Window(since, target, sections)
 
 
 def _period_note(summary: PeriodSummary) -> str:
-    last_day = summary.end - dt.timedelta(days=1)
-    return (f"{summary.start:%Y-%m-%d} to {last_day:%Y-%m-%d}: mean of {summary.row['count']} run(s), "
-            f"bar min..max")
+    return _period_text(summary.start, summary.end, summary.row["count"])
+
+
+@functools.lru_cache(maxsize=1024)
+def _period_text(start: dt.datetime, end: dt.datetime, count: int) -> str:
+    """(a year's trends carry some sixty thousand period points, on a few dozen distinct notes)"""
+    return f"{start:%Y-%m-%d} to {end - dt.timedelta(days=1):%Y-%m-%d}: mean of {count} run(s), bar min..max"
 
 
 def _history(history: SectionHistory, probe: str, periods: bool = True) -> list[MetricSeries]:
@@ -359,13 +404,12 @@ def _history(history: SectionHistory, probe: str, periods: bool = True) -> list[
             series[key] = MetricSeries(row["probe"], row["name"], row.get("labels") or {}, row.get("unit"))
         return series[key]
 
-    for summary in history.summaries if periods else []:
+    summaries, rows = history.by_probe.get(probe, ([], []))
+    for summary in summaries if periods else []:
         row = summary.row
-        if row["probe"] == probe and _is_number(row.get("mean")):
+        if _is_number(row.get("mean")):
             of(row).points.append(Point(summary.at, row["mean"], row["low"], row["high"], note=_period_note(summary)))
-    for row in history.rows:
-        if row["probe"] != probe:
-            continue
+    for row in rows:
         if row["run_status"] != "complete":
             of(row).marks.append((row["run_started_at"], f"run {row['run_id']} {row['run_status']}: not plotted"))
         elif _is_number(row.get("value")):

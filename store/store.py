@@ -622,28 +622,36 @@ class Store:
                                       "run_status": own.get((run.id, name), run.status)})
         return found
 
-    def metric_summary(self, run_ids: Sequence[str], target: str) -> list[dict[str, Any]]:
-        """Per metric (probe, name, labels) of `target` over these runs, computed by the database:
-        `count` of finite values, their `low`, `high` and `mean`, and the `unit`. Labels come back
-        decoded. A report summarizes the older part of a long window with it, never loading its rows."""
+    def metric_summary(self, run_ids: Sequence[str], targets: Sequence[str]) -> list[dict[str, Any]]:
+        """Per target of `targets` and metric (probe, name, labels) over these runs, computed by the
+        database: `count` of finite values, their `low`, `high` and `mean`, and the `unit`. Labels
+        come back decoded. A report summarizes the older part of a long window with it, never
+        loading its rows: one call for every target whose runs of a period are the same ones."""
         value = metrics.c.value
         finite: sa.ColumnElement[bool] = value.is_not(None)
         if self._engine.dialect.name == "postgresql":   # SQLite stores no NaN or infinity; PostgreSQL does
             finite = sa.and_(finite, value.not_in([math.nan, math.inf, -math.inf]))
         labels_text = sa.cast(metrics.c.labels, sa.Text)
-        query = (sa.select(metrics.c.probe, metrics.c.name, labels_text.label("labels"), sa.func.max(metrics.c.unit)
-                           .label("unit"), sa.func.count(value).label("count"), sa.func.min(value).label("low"),
-                           sa.func.max(value).label("high"), sa.func.avg(value).label("mean"))
-                 .where(metrics.c.target == target, finite)
-                 .group_by(metrics.c.probe, metrics.c.name, labels_text))
-        found: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+        query = (sa.select(metrics.c.target, metrics.c.probe, metrics.c.name, labels_text.label("labels"),
+                           sa.func.max(metrics.c.unit).label("unit"), sa.func.count(value).label("count"),
+                           sa.func.min(value).label("low"), sa.func.max(value).label("high"),
+                           sa.func.avg(value).label("mean"))
+                 .where(finite)
+                 .group_by(metrics.c.target, metrics.c.probe, metrics.c.name, labels_text))
+        found: dict[tuple[str, str, str, str | None], dict[str, Any]] = {}
+        decoded: dict[str, Any] = {}        # the same label sets come back for every target
         with self._engine.connect() as conn:
-            for chunk in _chunks(list(run_ids)):
-                for row in conn.execute(query.where(metrics.c.run_id.in_(chunk))):
-                    key = (row.probe, row.name, row.labels)
+            # a target at a time: SQLite seeks the run-and-target index for `target = ?` but reads
+            # `target IN (...)` more than twice as slowly
+            chunks = _chunks(list(run_ids))
+            for target, chunk in ((target, chunk) for target in dict.fromkeys(targets) for chunk in chunks):
+                for row in conn.execute(query.where(metrics.c.target == target, metrics.c.run_id.in_(chunk))):
+                    key = (row.target, row.probe, row.name, row.labels)
                     seen = found.get(key)
                     if seen is None:
-                        found[key] = {**row._mapping, "labels": json.loads(row.labels) if row.labels else None}
+                        if row.labels and row.labels not in decoded:
+                            decoded[row.labels] = json.loads(row.labels)
+                        found[key] = {**row._mapping, "labels": decoded[row.labels] if row.labels else None}
                         continue
                     total = seen["count"] + row.count      # a chunk boundary split the runs: merge
                     seen["mean"] = (seen["mean"] * seen["count"] + row.mean * row.count) / total
