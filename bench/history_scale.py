@@ -237,6 +237,7 @@ print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss
 _EVALUATE = """
 import json, sys, time
 from prober.alerting.alerts import evaluate_run
+from prober.alerting.baseline import BaselineReads
 from prober.alerting.drift import baseline_resets
 from prober.alerting.slo_rules import rule_states
 from prober.core.config import load_config
@@ -246,13 +247,14 @@ config = load_config(sys.argv[1])
 store = Store.open(config.store.url)
 run = store.list_runs(limit=1, suite="nightly")[0]
 started, cpu = time.monotonic(), time.process_time()
-evaluation = evaluate_run(store, config, run["id"], sinks=[])
+reads = BaselineReads()
+evaluation = evaluate_run(store, config, run["id"], sinks=[], reads=reads)
 run = store.get_run(run["id"])
 rows = store.metrics(run["id"])
 probes = sorted({row["probe"] for row in rows})
 for target in run["targets"]:
     rule_states(config.slo, run, target, probes, rows)
-resets = baseline_resets(store, run, config.drift)
+resets = baseline_resets(store, run, config.drift, reads)
 took, cpu = time.monotonic() - started, time.process_time() - cpu
 store.close()
 print(json.dumps({"evaluate_s": took, "evaluate_cpu_s": cpu, "checked": evaluation.checked,

@@ -15,7 +15,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from prober.alerting.baseline import completed_targets
+from prober.alerting.baseline import BaselineReads, completed_targets
 from prober.alerting.drift import DriftOutcome, DriftTest, drift_for_run
 from prober.alerting.sinks import AlertmanagerSink, DeliveryError, Sink, make_sink
 from prober.alerting.slo import check_run, format_value
@@ -162,16 +162,18 @@ def make_sinks(config: ProberConfig) -> list[Sink]:
     return [make_sink(sink, config.source) for sink in config.sinks]
 
 
-def evaluate_run(store: Any, config: ProberConfig, run_id: str, sinks: list[Sink] | None = None) -> Evaluation:
+def evaluate_run(store: Any, config: ProberConfig, run_id: str, sinks: list[Sink] | None = None,
+                 reads: BaselineReads | None = None) -> Evaluation:
     """Judge a finished run's metrics against the SLO rules and its baseline, save the state
-    changes with their outbox events, and deliver everything pending to every sink."""
+    changes with their outbox events, and deliver everything pending to every sink. `reads`: kept
+    for the run's baseline_resets."""
     sinks = make_sinks(config) if sinks is None else sinks
     run = store.get_run(run_id)
     if run is None:
         raise ValueError(f"unknown run id {run_id!r}")
     # Only targets that completed are judged: a failed target's partial metrics would mislead.
     judged = [m for m in store.metrics(run["id"]) if m["target"] in completed_targets(run)]
-    drift = drift_for_run(store, run, config.drift) if config.drift.enabled else DriftOutcome()
+    drift = drift_for_run(store, run, config.drift, reads) if config.drift.enabled else DriftOutcome()
     observations = slo_observations(config, judged, run) + drift_observations(drift.tests, run)
     # A metric row repeated within one run must not count as two consecutive runs.
     observations = list({obs.identity: obs for obs in observations}.values())

@@ -64,20 +64,51 @@ def what_changed(current: dict[str, Any], earlier: dict[str, Any] | None) -> str
     return ", ".join(changed) or None
 
 
-def select_baselines(store: Any, run: dict[str, Any], target: str, size: int) -> dict[str, Baseline]:
+@dataclass
+class BaselineReads:
+    """What select_baselines read for a run, kept so that the next selection for the same run reads
+    nothing again: a post-run evaluation selects each target's baselines for the drift tests and
+    again for the baseline-reset warnings. Per (run id, target): the longest candidate list read
+    with the limit it was read with, and the recorded entries of the candidates. Lives for one
+    evaluation (runs stored or pruned later are not seen)."""
+
+    candidates: dict[tuple[str, str], tuple[int, list[dict[str, Any]]]] = field(default_factory=dict)
+    entries: dict[tuple[str, str], dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)
+
+
+def _candidates(store: Any, run: dict[str, Any], target: str, limit: int,
+                reads: BaselineReads | None) -> list[dict[str, Any]]:
+    """store.completed_runs for `run` and `target`, or the newest `limit` of a longer read kept in
+    `reads` (newest first, so a shorter read is its prefix), or all of a read that found the
+    history's end."""
+    key = (run["id"], target)
+    if reads is not None and key in reads.candidates:
+        read_limit, found = reads.candidates[key]
+        if read_limit >= limit or len(found) < read_limit:
+            return found[:limit]
+    found = store.completed_runs(run["suite"], target, run["started_at"], limit, site=run.get("site"))
+    if reads is not None:
+        reads.candidates[key] = (limit, found)
+    return list(found)
+
+
+def select_baselines(store: Any, run: dict[str, Any], target: str, size: int,
+                     reads: BaselineReads | None = None) -> dict[str, Baseline]:
     """Per suite entry of `run` on `target`: up to `size` comparable earlier runs, newest first.
 
     Earlier runs are those of the same suite and site, started before `run`, in which `target`
     completed: a latency baseline measured from one site never judges a run from another.
+    `reads`: what earlier selections for this run read, used and added to.
     """
     current = {row["entry"]: row for row in store.run_entries(run["id"], target=target)}
     # Runs and their recorded entries only: a baseline never reads a sample. The newest `size`
     # candidates first: when every entry finds them all comparable (the usual night) that is the
     # answer; else up to 4 * size + 8 candidates, the same lists a single long read gives.
     earlier: list[dict[str, Any]] = []
-    entries_of: dict[str, dict[str, dict[str, Any]]] = {}
+    entries_of: dict[str, dict[str, dict[str, Any]]] = (
+        {} if reads is None else reads.entries.setdefault((run["id"], target), {}))
     for limit in (size, 4 * size + 8):
-        found = store.completed_runs(run["suite"], target, run["started_at"], limit, site=run.get("site"))
+        found = _candidates(store, run, target, limit, reads)
         earlier = [r for r in found if r["id"] != run["id"]]
         entries_of.update(store.entries_of_runs([r["id"] for r in earlier if r["id"] not in entries_of], target))
         comparable = {entry_id: [r for r in earlier if what_changed(entry, entries_of[r["id"]].get(entry_id)) is None]

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from prober.alerting.baseline import completed_targets, select_baselines
+from prober.alerting.baseline import BaselineReads, completed_targets, select_baselines
 from prober.alerting.slo import format_value
 from prober.core import stats
 from prober.core.config import DriftConfig
@@ -276,8 +276,9 @@ def _discordant(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], tuple[t
     for group, named in found.items():
         if len(named) == 3 and named["paired_difference"].get("n") and \
                 all(named[k].get("value") is not None for k in ("discordant_a_only", "discordant_b_only")):
+            labels = dict(named["paired_difference"].get("labels") or {})   # the stored rows' labels are shared
             counts[group] = ((round(named["discordant_a_only"]["value"]), round(named["discordant_b_only"]["value"]),
-                              int(named["paired_difference"]["n"])), named["paired_difference"].get("labels") or {})
+                              int(named["paired_difference"]["n"])), labels)
     return counts
 
 
@@ -386,29 +387,33 @@ def baseline_window(store: Any, run: dict[str, Any], target: str, size: int,
     return [r for r in next(iter(selected.values())).runs if r["id"] in common] if selected else []
 
 
-def baseline_resets(store: Any, run: dict[str, Any], config: DriftConfig) -> list[str]:
+def baseline_resets(store: Any, run: dict[str, Any], config: DriftConfig,
+                    reads: BaselineReads | None = None) -> list[str]:
     """"baseline reset: <target> <entry>: <what changed>" for each entry whose earlier runs are
-    none of them comparable: those entries are not drift-tested this time."""
+    none of them comparable: those entries are not drift-tested this time. `reads`: those of the
+    run's drift tests (drift_for_run), not read again."""
     return [baseline.reset for target in completed_targets(run)
-            for baseline in select_baselines(store, run, target, config.baseline_runs).values() if baseline.reset]
+            for baseline in select_baselines(store, run, target, config.baseline_runs, reads).values()
+            if baseline.reset]
 
 
-def drift_for_run(store: Any, run: dict[str, Any], config: DriftConfig) -> DriftOutcome:
+def drift_for_run(store: Any, run: dict[str, Any], config: DriftConfig,
+                  reads: BaselineReads | None = None) -> DriftOutcome:
     """Every drift test this run supports, decided together. Each suite entry of each completed
     target is tested against its own comparable runs; an entry or metric with fewer comparable
     baseline runs than the tests need is named instead of tested (a reset entry is named by
-    `baseline_resets`)."""
+    `baseline_resets`, which `reads` lets select the same baselines without reading them again)."""
     needed = max(config.min_baseline_runs, FEWEST_BASELINE_RUNS)
     outcome, tests = DriftOutcome(), []
     for target in completed_targets(run):
-        baselines = select_baselines(store, run, target, config.baseline_runs + 1)
+        baselines = select_baselines(store, run, target, config.baseline_runs + 1, reads)
         # One query per target for the stored metrics of this run and every run of its baselines,
         # only the rows a test can judge: shares, latency families, paired comparisons.
         wanted = {run["id"], *(r["id"] for b in baselines.values() if b.reset is None for r in b.runs)}
         probes = {entry["probe"] for entry in store.run_entries(run["id"], target=target)}
         stored: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
         for row in store.metrics_of_runs(sorted(wanted), target, units=("ratio",), names=judged_names(probes),
-                                         columns=RUN_VALUE_COLUMNS):
+                                         columns=RUN_VALUE_COLUMNS, shared_json=True):
             stored.setdefault((row["run_id"], row["entry"]), []).append(row)
         for entry, baseline in baselines.items():
             if baseline.reset is not None:

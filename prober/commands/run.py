@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 
 from prober.alerting.alerts import Evaluation, evaluate_run, make_sinks
+from prober.alerting.baseline import BaselineReads
 from prober.alerting.drift import baseline_resets
 from prober.alerting.slo_rules import RuleState, check_rules_known, rule_states, unmatched_warnings
 from prober.commands.calibrate import CalibrationFailed, calibrate
@@ -50,10 +51,11 @@ def run_and_judge(config: ProberConfig, console: Console, suite_name: str, targe
         ran = Runner(config, console, batch=batch).execute(store, suite, targets, keys)
         result = JudgedRun(**{f.name: getattr(ran, f.name) for f in dataclasses.fields(RunResult)})
         if result.status != "interrupted" and any(s == "complete" for s, _ in result.targets.values()):
-            result.alerts = evaluate_run(store, config, result.run_id, sinks)
+            reads = BaselineReads()      # the drift tests' baseline reads, not read again for the resets
+            result.alerts = evaluate_run(store, config, result.run_id, sinks, reads)
             if result.alerts.firing and result.exit_code == EXIT_OK:
                 result.exit_code = EXIT_ALERT
-            _judge_slos(config, store, suite, result)
+            _judge_slos(config, store, suite, result, reads)
         result.warnings += calibration_notes
         return result
     finally:
@@ -96,7 +98,8 @@ def _calibrate_first(config: ProberConfig, console: Console, suite: Suite) -> li
     return []
 
 
-def _judge_slos(config: ProberConfig, store: Store, suite: Suite, result: JudgedRun) -> None:
+def _judge_slos(config: ProberConfig, store: Store, suite: Suite, result: JudgedRun,
+                reads: BaselineReads) -> None:
     """Each completed target's SLO rule states, and the warnings a user should see: rules that
     matched nothing, and suite entries whose drift baseline started again."""
     run = store.get_run(result.run_id)
@@ -108,4 +111,4 @@ def _judge_slos(config: ProberConfig, store: Store, suite: Suite, result: Judged
             result.slo_states[name] = rule_states(config.slo, run, name, probes, rows)
             result.warnings += unmatched_warnings(result.slo_states[name], result.run_id)
     if config.drift.enabled:
-        result.warnings += baseline_resets(store, run, config.drift)
+        result.warnings += baseline_resets(store, run, config.drift, reads)

@@ -13,8 +13,10 @@ import pytest
 import statsmodels.api as sm
 
 from prober.alerting.alerts import drift_observations, evaluate_run
+from prober.alerting.baseline import BaselineReads
 from prober.alerting.drift import (
     DriftOutcome,
+    baseline_resets,
     decide,
     drift_for_run,
     is_proportion,
@@ -371,3 +373,36 @@ def test_the_store_path_reads_only_judged_rows_and_decides_as_every_row_of_the_b
     assert {t.kind for t in expected} == {"proportion", "latency", "paired"}
     assert found.tests == expected
     assert any(t.pages for t in expected) == (shift > 1)
+
+
+class _CountingStore:
+    """The real store, counting how often it is asked for baseline candidates."""
+
+    def __init__(self, store: Store) -> None:
+        self.store, self.candidate_reads = store, 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    def completed_runs(self, *args: object, **kwargs: object) -> list[dict]:
+        self.candidate_reads += 1
+        return self.store.completed_runs(*args, **kwargs)
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_the_resets_after_the_drift_tests_select_the_same_baselines_without_reading_the_runs_again(tmp_path, changed):
+    """prober run's evaluation shares one BaselineReads between drift_for_run and baseline_resets:
+    the same tests and resets as separate selections, and no candidate run read twice."""
+    config = DriftConfig(baseline_runs=4, min_baseline_runs=3)
+    with Store.open(f"sqlite:///{tmp_path / 'reads.db'}") as real:
+        for night in range(10):
+            add_run(real, f"n{night}", night, [share("error_rate", night % 3, 24)], params={"requests": 24})
+        tonight = add_run(real, "n10", 10, [share("error_rate", 1, 24)], params={"requests": 48 if changed else 24})
+        expected_tests, expected_resets = drift_for_run(real, tonight, config), baseline_resets(real, tonight, config)
+        store, reads = _CountingStore(real), BaselineReads()
+        assert drift_for_run(store, tonight, config, reads) == expected_tests
+        read_by_the_tests = store.candidate_reads
+        assert baseline_resets(store, tonight, config, reads) == expected_resets
+    assert read_by_the_tests > 0 and store.candidate_reads == read_by_the_tests
+    assert expected_resets == (["baseline reset: emu latency.latency: requests 24 -> 48"] if changed else [])
+    assert bool(expected_tests.tests) != changed

@@ -310,3 +310,22 @@ def test_plain_postgresql_scheme_uses_psycopg(postgres_url):
     url = postgres_url.replace("postgresql+psycopg://", "postgresql://")
     with Store.open(url) as opened:
         assert opened.backend == "postgresql"
+
+
+def _alert_row(key: str, state: str, value: float, at: dt.datetime) -> dict:
+    return {"key": key, "kind": "slo", "name": "ttft", "severity": "page", "target": "emu", "suite": "latency",
+            "probe": "latency", "metric": "ttft_p50_ms", "labels": {"concurrency": 4}, "state": state,
+            "breaks": 1, "value": value, "summary": f"{key} {value}", "detail": {}, "updated_at": at}
+
+
+def test_alert_changes_insert_new_keys_update_known_ones_and_apply_a_repeated_key_in_order(db):
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    db.save_alert_changes([_alert_row("a", "firing", 1.0, at), _alert_row("b", "ok", 2.0, at)], [], [])
+    later = at + dt.timedelta(days=1)
+    db.save_alert_changes([_alert_row("b", "firing", 3.0, later), _alert_row("c", "ok", 4.0, later),
+                           {**_alert_row("c", "firing", 5.0, later), "fired_at": later}], [], [])
+    stored = {row["key"]: row for row in db.alerts()}
+    assert {key: (row["state"], row["value"]) for key, row in stored.items()} == {
+        "a": ("firing", 1.0), "b": ("firing", 3.0), "c": ("firing", 5.0)}
+    assert stored["b"]["updated_at"] == later and stored["a"]["updated_at"] == at
+    assert stored["c"]["fired_at"] == later and stored["b"]["fired_at"] is None
