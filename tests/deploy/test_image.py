@@ -47,7 +47,8 @@ def test_the_image_builds_and_runs_prober_against_the_emulator(buildah_root):
     assert version == f"prober {prober.__version__}"
 
     emulator_run = out.split("== short emulator run\n", 1)[1]
-    run_id = re.search(r"^6 samples stored in sqlite:///prober\.db; run id ([0-9a-f]{12})$", emulator_run, re.MULTILINE)
+    run_id = re.search(r"^6 samples stored in sqlite:///prober\.db; run id ([0-9a-f]{12}); \d+ metrics$", emulator_run,
+                       re.MULTILINE)
     assert run_id, emulator_run
     assert re.search(rf"^run {run_id.group(1)} \(complete\)$", emulator_run, re.MULTILINE), emulator_run
     assert "emulator latency c=1: 6/6 requests, 0 failed" in emulator_run
