@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 import sqlalchemy as sa
 
 from prober.core.errors import ConfigError
-from prober.core.records import Metric, Run, SampleRow, utcnow
+from prober.core.records import Metric, Run, SampleRow, completed_targets, utcnow
 from prober.core.redact import redact_text, redact_value
 from store.engine import open_engine, redacted, write_transaction
 from store.migrations import migrate
@@ -312,7 +312,7 @@ class Store:
                     break
                 offset += len(page)
                 _add_target_status(conn, page)
-                found += [run for run in page if _completed(run, target)]
+                found += [run for run in page if target in completed_targets(run)]
         return found[:limit]
 
     def entries_of_runs(self, run_ids: Sequence[str], target: str) -> dict[str, dict[str, dict[str, Any]]]:
@@ -775,15 +775,6 @@ def _upsert_alerts(conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
 
 def _chunks(values: list[str]) -> list[list[str]]:
     return [values[start:start + _IN_CHUNK] for start in range(0, len(values), _IN_CHUNK)]
-
-
-def _completed(run: dict[str, Any], target: str) -> bool:
-    """Did `target` complete in this run (a run stored before per-target status: the run completed
-    and lists it)?"""
-    recorded = run.get("target_status") or {}
-    if recorded:
-        return target in recorded and recorded[target]["status"] == "complete"
-    return run["status"] == "complete" and target in (run.get("targets") or [])
 
 
 def _current_notes(conn: sa.Connection, run_id: str) -> dict[str, Any] | None:

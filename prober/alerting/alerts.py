@@ -15,12 +15,12 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from prober.alerting.baseline import BaselineReads, completed_targets
+from prober.alerting.baseline import BaselineReads
 from prober.alerting.drift import DriftOutcome, DriftTest, drift_for_run
 from prober.alerting.sinks import AlertmanagerSink, DeliveryError, Sink, make_sink
 from prober.alerting.slo import check_run, format_value
 from prober.core.config import ProberConfig
-from prober.core.records import utcnow
+from prober.core.records import completed_targets, utcnow
 
 
 @dataclass(frozen=True)

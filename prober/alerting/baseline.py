@@ -33,15 +33,6 @@ class Baseline:
     reset: str | None = None
 
 
-def completed_targets(run: dict[str, Any]) -> list[str]:
-    """The targets that completed in a run (a run stored before per-target status: all of its
-    targets when the run completed)."""
-    recorded = run.get("target_status") or {}
-    if recorded:
-        return [target for target, state in recorded.items() if state["status"] == "complete"]
-    return list(run.get("targets") or []) if run.get("status") == "complete" else []
-
-
 def _shaping_params(entry: dict[str, Any]) -> dict[str, Any]:
     probe = probe_class(entry["probe"])
     ignored = probe.label_params if probe is not None else {}   # a probe no longer installed: every parameter counts

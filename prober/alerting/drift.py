@@ -44,13 +44,13 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from prober.alerting.baseline import BaselineReads, completed_targets, select_baselines
+from prober.alerting.baseline import BaselineReads, select_baselines
 from prober.alerting.slo import format_value
 from prober.core import stats
 from prober.core.config import DriftConfig
 from prober.core.metric_rows import is_proportion, judgeable
 from prober.core.probe_registry import metric_family, pooled_labels, probe_class
-from prober.core.records import labels_key
+from prober.core.records import completed_targets, labels_key
 
 # Defaults for `[drift] min_effect`: absolute share, relative median change, paired difference.
 DEFAULT_MIN_EFFECT = {"proportion": 0.05, "latency": 0.20, "paired": 0.05}

@@ -20,12 +20,12 @@ from rich import box
 from rich.console import Console
 from rich.table import Column, Table
 
-from prober.alerting.baseline import completed_targets, what_changed
+from prober.alerting.baseline import what_changed
 from prober.alerting.drift import min_effect_for
 from prober.core.config import ProberConfig
 from prober.core.errors import ConfigError
 from prober.core.probe_registry import all_metric_names, did_you_mean
-from prober.core.records import utcnow
+from prober.core.records import completed_targets, utcnow
 from prober.store_access import open_store, require_run
 from reports.collect import parse_since
 from reports.compare import Comparison, Side, compare

@@ -218,6 +218,15 @@ def default_site(host: str) -> str:
     return host.split(".", 1)[0] or host
 
 
+def completed_targets(run: dict[str, Any]) -> list[str]:
+    """The targets that completed in a run (a run stored before per-target status: all of its
+    targets when the run completed)."""
+    recorded = run.get("target_status") or {}
+    if recorded:
+        return [target for target, state in recorded.items() if state["status"] == "complete"]
+    return list(run.get("targets") or []) if run.get("status") == "complete" else []
+
+
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
