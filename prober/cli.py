@@ -276,9 +276,7 @@ def report(
     try:
         require_known_target(store, cfg, target)
         if batch is not None and not store.list_runs(limit=1, batch=batch):
-            from store.engine import redacted
-
-            raise ConfigError(f"--batch {batch!r}: no run of this batch in {redacted(cfg.store.url)}")
+            raise ConfigError(f"--batch {batch!r}: no run of this batch in {_url_shown(cfg.store.url)}")
         with collector_paused():       # (reports/gc_pause.py: a third of a year's report was collections)
             window = load_window(store, start, target, batch=batch)     # read once: the report and its run pages
             collected = collect(store, verdicts, start, target, window=window, batch=batch)
