@@ -604,8 +604,10 @@ class Store:
         found: list[dict[str, Any]] = []
         with self._engine.connect() as conn:
             window = conn.execute(query).all()
-            for chunk in _chunks([run.id for run in window]):
-                pairs = sa.select(metrics.c.run_id, metrics.c.target).distinct().where(metrics.c.run_id.in_(chunk))
+            for start in range(0, len(window), _IN_CHUNK):
+                chunk = window[start:start + _IN_CHUNK]
+                pairs = (sa.select(metrics.c.run_id, metrics.c.target).distinct()
+                         .where(metrics.c.run_id.in_([run.id for run in chunk])))
                 if target is not None:
                     pairs = pairs.where(metrics.c.target == target)
                 stored: dict[str, list[str]] = {}
@@ -614,7 +616,7 @@ class Store:
                 own = {(row.run_id, row.target): row.status for row in conn.execute(
                     sa.select(run_targets.c.run_id, run_targets.c.target, run_targets.c.status)
                     .where(run_targets.c.run_id.in_(list(stored))))} if stored else {}
-                for run in window:
+                for run in chunk:        # the chunk's runs only: each run is in one chunk
                     for name in sorted(stored.get(run.id, [])):
                         found.append({"run_id": run.id, "target": name, "suite": run.suite,
                                       "run_site": run.site, "run_started_at": run.started_at,
