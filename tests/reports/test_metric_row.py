@@ -8,7 +8,7 @@ import pytest
 
 from reports.calibration import Overhead
 from reports.collect import LatestMetric, SloResult
-from reports.gc_pause import collector_paused
+from prober.core.gc_pause import collector_paused
 from reports.html import metric_row
 
 pytestmark = pytest.mark.unit
