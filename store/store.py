@@ -290,40 +290,49 @@ class Store:
             _add_target_status(conn, found)
         return found
 
-    def completed_runs(self, suite: str, target: str, before: dt.datetime, limit: int, *,
-                       site: str | None = None) -> list[dict[str, Any]]:
-        """Up to `limit` runs of `suite` (from `site`, where given) started before `before` in which
-        `target` completed, newest first, each with `target_status`: the candidates of a drift
-        baseline. Reads runs and their targets' statuses, never a sample (a run stored before
-        per-target status counts when the run completed and lists the target)."""
-        own = run_targets.alias("own")
-        query = (sa.select(runs).outerjoin(own, sa.and_(own.c.run_id == runs.c.id, own.c.target == target))
-                 .where(runs.c.suite == suite, runs.c.started_at < before,
-                        sa.func.coalesce(own.c.status, runs.c.status) == "complete")
-                 .order_by(runs.c.started_at.desc(), runs.c.id.desc()))
-        query = _placed(query, site, None)
-        found: list[dict[str, Any]] = []
+    def completed_runs(self, suite: str, targets: Sequence[str], before: dt.datetime, limit: int, *,
+                       site: str | None = None) -> dict[str, list[dict[str, Any]]]:
+        """Per target of `targets`: up to `limit` runs of `suite` (from `site`, where given) started
+        before `before` in which the target completed, newest first, each with `target_status`: the
+        candidates of a drift baseline. The targets of a fleet look at the same nights, so the runs
+        and their targets' statuses are read once for all of them (a run in several lists is one
+        dict: read it, do not change it); never a sample. A target completed a run when its own
+        recorded status is "complete", or, in a run stored before per-target status, when the run
+        completed and lists it."""
+        query = _placed(sa.select(runs).where(runs.c.suite == suite, runs.c.started_at < before)
+                        .order_by(runs.c.started_at.desc(), runs.c.id.desc()), site, None)
+        found: dict[str, list[dict[str, Any]]] = {target: [] for target in targets}
         offset = 0
         with self._engine.connect() as conn:
-            while len(found) < limit:
-                size = min(_LIST_PAGE, max(limit - len(found), 1))   # never read far past what is asked
+            while (fewest := min((len(runs_of) for runs_of in found.values()), default=limit)) < limit:
+                size = min(_LIST_PAGE, max(limit - fewest, 1))   # never read far past what is asked
                 page = [dict(row._mapping) for row in conn.execute(query.limit(size).offset(offset))]
                 if not page:
                     break
                 offset += len(page)
-                _add_target_status(conn, page)
-                found += [run for run in page if target in completed_targets(run)]
-        return found[:limit]
+                recorded = _add_target_status(conn, page)
+                for run in page:
+                    # a target whose recorded status is still "running" in a run that ended is left out
+                    done = set(completed_targets(run))
+                    for target, runs_of in found.items():
+                        if len(runs_of) < limit and target in done and \
+                                recorded[run["id"]].get(target, "complete") == "complete":
+                            runs_of.append(run)
+        return found
 
     def entries_of_runs(self, run_ids: Sequence[str], target: str) -> dict[str, dict[str, dict[str, Any]]]:
-        """run id -> suite entry -> its run_entries row on `target`, for many runs in one query."""
+        """run id -> suite entry -> its run_entries row on `target`, for many runs in one query. The
+        rows' `params` with the same text are one object (a baseline's runs repeat their entries'
+        parameters): read them, do not change them."""
         found: dict[str, dict[str, dict[str, Any]]] = {run_id: {} for run_id in run_ids}
+        decoded: dict[str, Any] = {}
+        query = (sa.select(*[_as_json_text(column) for column in run_entries.columns])
+                 .where(run_entries.c.target == target).order_by(run_entries.c.entry))
         with self._engine.connect() as conn:
             for chunk in _chunks(list(run_ids)):
-                for row in conn.execute(sa.select(run_entries).where(run_entries.c.run_id.in_(chunk),
-                                                                     run_entries.c.target == target)
-                                        .order_by(run_entries.c.entry)):
-                    found[row.run_id][row.entry] = dict(row._mapping)
+                for row in _json_decoded(conn.execute(query.where(run_entries.c.run_id.in_(chunk))), run_entries,
+                                         decoded, shared=True):
+                    found[row["run_id"]][row["entry"]] = row
         return found
 
     def metrics_of_runs(self, run_ids: Sequence[str], target: str, *, units: Collection[str] = (),
@@ -335,22 +344,8 @@ class Store:
         quarter million rows). `shared_json`: rows with the same labels (or flags) share one decoded
         object, for a caller that only reads them (a copy each costs more than the rest of a row)."""
         names_of = [column.name for column in metrics.columns if not columns or column.name in columns]
-        json_at = [index for index, name in enumerate(names_of) if _is_json(metrics, name)]
-        rows: list[dict[str, Any]] = []
-        decoded: dict[str, Any] = {}     # a label set recurs in every run: its text is decoded once
-        for values in self.metric_tuples_of_runs(run_ids, target, names_of, units=units, names=names):
-            row = dict(zip(names_of, values, strict=True))
-            for index in json_at:
-                text = values[index]
-                if text is not None:
-                    if text not in decoded:
-                        decoded[text] = json.loads(text)
-                    value = decoded[text]
-                    # a row of its own (labels and flags are flat): a caller may change it
-                    row[names_of[index]] = (value.copy() if not shared_json and isinstance(value, (dict, list))
-                                            else value)
-            rows.append(row)
-        return rows
+        rows = self.metric_tuples_of_runs(run_ids, target, names_of, units=units, names=names)
+        return list(_json_decoded(rows, metrics, {}, shared=shared_json, names=names_of))
 
     def metric_tuples_of_runs(self, run_ids: Sequence[str], target: str, columns: Sequence[str], *,
                               units: Collection[str] = (), names: Collection[str] = ()) -> list[tuple[Any, ...]]:
@@ -462,7 +457,8 @@ class Store:
 
     def metrics(self, run_id: str, probe: str | None = None, target: str | None = None,
                 entry: str | None = None) -> list[dict[str, Any]]:
-        query = sa.select(metrics).where(metrics.c.run_id == run_id).order_by(metrics.c.id)
+        query = (sa.select(*[_as_json_text(column) for column in metrics.columns])
+                 .where(metrics.c.run_id == run_id).order_by(metrics.c.id))
         if probe is not None:
             query = query.where(metrics.c.probe == probe)
         if target is not None:
@@ -470,7 +466,8 @@ class Store:
         if entry is not None:
             query = query.where(metrics.c.entry == entry)
         with self._engine.connect() as conn:
-            return [dict(row._mapping) for row in conn.execute(query)]
+            # a run's label sets recur on every target: each text decoded once, each row its own copy
+            return list(_json_decoded(conn.execute(query), metrics, {}, shared=False))
 
     # -- alerts and their outbox (prober/alerting/alerts.py) ------------------------------------------
 
@@ -710,6 +707,26 @@ def _as_json_text(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
     return sa.cast(column, sa.Text).label(column.name) if isinstance(column.type, sa.types.JSON) else column
 
 
+def _json_decoded(rows: Iterable[Sequence[Any]], table: sa.Table, decoded: dict[str, Any], *, shared: bool,
+                  names: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
+    """Rows read with their JSON columns as text (`_as_json_text`), as dicts with that JSON
+    decoded: each distinct text once (`decoded` keeps them), the rows sharing the object when
+    `shared`, else each row a shallow copy (what metrics hold there, labels and flags, is flat).
+    `names`: the columns, when `rows` is not a result that knows them."""
+    names = list(rows.keys()) if names is None and isinstance(rows, sa.CursorResult) else list(names or [])
+    json_at = [index for index, name in enumerate(names) if _is_json(table, name)]
+    for values in rows:
+        row = dict(zip(names, values, strict=True))
+        for index in json_at:
+            text = values[index]
+            if text is not None:
+                if text not in decoded:
+                    decoded[text] = json.loads(text)
+                value = decoded[text]
+                row[names[index]] = value if shared or not isinstance(value, (dict, list)) else value.copy()
+        yield row
+
+
 def _read_window(conn: sa.Connection, query: sa.Select[Any], table: sa.Table,
                  since: dt.datetime | None, every_run: bool = False) -> list[dict[str, Any]]:
     """The rows of `query` (ordered by run start, run id, then row). With `since`: the window's runs
@@ -808,15 +825,18 @@ def _add_counts(conn: sa.Connection, run_list: list[dict[str, Any]]) -> None:
         run["sample_count"], run["error_count"] = counts.get(run["id"], (0, 0))
 
 
-def _add_target_status(conn: sa.Connection, run_list: list[dict[str, Any]]) -> None:
+def _add_target_status(conn: sa.Connection, run_list: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     """Add `target_status` to each run dict: {target: {status, reason, config_hash}} in the order the
     targets ran (empty for runs stored before targets were recorded). A target still `running` in
-    a run that ended (killed, interrupted) takes the run's status."""
+    a run that ended (killed, interrupted) takes the run's status. Returns, per run id, each
+    target's status as recorded (before that)."""
     if not run_list:
-        return
+        return {}
     found: dict[str, dict[str, dict[str, Any]]] = {run["id"]: {} for run in run_list}
+    recorded: dict[str, dict[str, str]] = {run_id: {} for run_id in found}
     for row in conn.execute(sa.select(run_targets).where(run_targets.c.run_id.in_(list(found)))):
         found[row.run_id][row.target] = {"status": row.status, "reason": row.reason, "config_hash": row.config_hash}
+        recorded[row.run_id][row.target] = row.status
     for run in run_list:
         listed = run.get("targets") or []
         statuses = dict(sorted(found[run["id"]].items(),
@@ -825,6 +845,7 @@ def _add_target_status(conn: sa.Connection, run_list: list[dict[str, Any]]) -> N
             if state["status"] == "running" and run["status"] != "running":
                 state["status"] = run["status"]
         run["target_status"] = statuses
+    return recorded
 
 
 def _process_alive(pid: int, run_started_at: dt.datetime) -> bool:

@@ -67,20 +67,35 @@ class BaselineReads:
     entries: dict[tuple[str, str], dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)
 
 
-def _candidates(store: Any, run: dict[str, Any], target: str, limit: int,
-                reads: BaselineReads | None) -> list[dict[str, Any]]:
-    """store.completed_runs for `run` and `target`, or the newest `limit` of a longer read kept in
-    `reads` (newest first, so a shorter read is its prefix), or all of a read that found the
-    history's end."""
-    key = (run["id"], target)
-    if reads is not None and key in reads.candidates:
-        read_limit, found = reads.candidates[key]
+def read_candidates(store: Any, run: dict[str, Any], targets: list[str], limit: int, reads: BaselineReads) -> None:
+    """Keep in `reads` the newest `limit` baseline candidates of each of these targets of `run`
+    that it does not hold yet, read together (store.completed_runs reads the fleet's nights once)."""
+    missing = [target for target in targets if _held(reads, run, target, limit) is None]
+    if missing:
+        found = store.completed_runs(run["suite"], missing, run["started_at"], limit, site=run.get("site"))
+        for target in missing:
+            reads.candidates[(run["id"], target)] = (limit, found[target])
+
+
+def _held(reads: BaselineReads | None, run: dict[str, Any], target: str, limit: int) -> list[dict[str, Any]] | None:
+    """The newest `limit` candidates of a read kept in `reads` (newest first, so a shorter read is
+    its prefix), or all of a read that found the history's end; None when `reads` holds neither."""
+    if reads is not None and (run["id"], target) in reads.candidates:
+        read_limit, found = reads.candidates[(run["id"], target)]
         if read_limit >= limit or len(found) < read_limit:
             return found[:limit]
-    found = store.completed_runs(run["suite"], target, run["started_at"], limit, site=run.get("site"))
-    if reads is not None:
-        reads.candidates[key] = (limit, found)
-    return list(found)
+    return None
+
+
+def _candidates(store: Any, run: dict[str, Any], target: str, limit: int,
+                reads: BaselineReads | None) -> list[dict[str, Any]]:
+    """store.completed_runs for `run` and `target`, or what `reads` holds of them."""
+    held = _held(reads, run, target, limit)
+    if held is not None:
+        return held
+    reads = BaselineReads() if reads is None else reads
+    read_candidates(store, run, [target], limit, reads)
+    return list(reads.candidates[(run["id"], target)][1])
 
 
 def select_baselines(store: Any, run: dict[str, Any], target: str, size: int,
@@ -101,7 +116,9 @@ def select_baselines(store: Any, run: dict[str, Any], target: str, size: int,
     for limit in (size, 4 * size + 8):
         found = _candidates(store, run, target, limit, reads)
         earlier = [r for r in found if r["id"] != run["id"]]
-        entries_of.update(store.entries_of_runs([r["id"] for r in earlier if r["id"] not in entries_of], target))
+        unread = [r["id"] for r in earlier if r["id"] not in entries_of]
+        if unread:
+            entries_of.update(store.entries_of_runs(unread, target))
         comparable = {entry_id: [r for r in earlier if what_changed(entry, entries_of[r["id"]].get(entry_id)) is None]
                       for entry_id, entry in current.items()}
         if len(found) < limit or all(len(runs) >= size for runs in comparable.values()):

@@ -45,7 +45,7 @@ from itertools import groupby
 from operator import itemgetter, truediv
 from typing import Any, NamedTuple
 
-from prober.alerting.baseline import BaselineReads, select_baselines
+from prober.alerting.baseline import BaselineReads, read_candidates, select_baselines
 from prober.alerting.slo import format_value
 from prober.core import stats
 from prober.core.config import DriftConfig
@@ -491,6 +491,8 @@ def drift_for_run(store: Any, run: dict[str, Any], config: DriftConfig,
 def _drift_for_run(store: Any, run: dict[str, Any], config: DriftConfig, reads: BaselineReads | None) -> DriftOutcome:
     needed = max(config.min_baseline_runs, FEWEST_BASELINE_RUNS)
     outcome, tests = DriftOutcome(), []
+    reads = BaselineReads() if reads is None else reads
+    read_candidates(store, run, completed_targets(run), config.baseline_runs + 1, reads)    # the fleet's at once
     for target in completed_targets(run):
         baselines = select_baselines(store, run, target, config.baseline_runs + 1, reads)
         # One query per target for the stored metrics of this run and every run of its baselines,
