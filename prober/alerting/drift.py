@@ -288,11 +288,12 @@ def stored_run_values(rows: Iterable[Sequence[Any]],
                       filed: CellFiling) -> dict[Identity, tuple[RunValue, dict[str, Any]]]:
     """run_values of rows as the store reads them: tuples of RUN_VALUE_COLUMNS, labels and flags as
     JSON text."""
-    # per family: its cells' keys, and their counts (shares) or log p50 and n (latency)
-    shares: dict[Identity, tuple[list[str], list[int], list[int]]] = {}
-    logs: dict[Identity, tuple[list[str], list[float], list[int]]] = {}
+    # Per family: a cell's (key, count, n, family labels) for a share, (key, log p50, n, family
+    # labels) for a latency; a list of them for a family of several cells. Most families are one
+    # cell, and a list per family and run would cost more than the rest of the row.
+    shares: dict[Identity, Any] = {}
+    logs: dict[Identity, Any] = {}
     paired: dict[tuple[str, str], dict[str, tuple[float | None, int | None, dict[str, Any]]]] = defaultdict(dict)
-    labels_of: dict[Identity, dict[str, Any]] = {}
     filed_cell, is_flagged = filed.cells.get, filed.is_flagged       # a hundred thousand rows: looked up once
     for _run, _entry, probe, name, labels, value, ci_low, n, unit, flags in rows:
         kind, identity, key, cell_labels, family = (filed_cell((probe, name, unit, labels))
@@ -303,28 +304,39 @@ def stored_run_values(rows: Iterable[Sequence[Any]],
         if kind == "proportion":
             if not whole_share(value, n, ci_low, flagged):
                 continue
-            keys, successes, totals = shares.get(identity) or shares.setdefault(identity, ([], [], []))
-            keys.append(key)
-            successes.append(round(value * n))
-            totals.append(int(n))
+            cell, into = (key, round(value * n), int(n), family), shares
         elif kind == "latency" and judgeable_value(value, flagged) and value > 0:
-            keys, log_values, sizes = logs.get(identity) or logs.setdefault(identity, ([], [], []))
-            keys.append(key)
-            log_values.append(math.log(value))
-            sizes.append(int(n or 0))
+            cell, into = (key, math.log(value), int(n or 0), family), logs
         else:
             continue
-        labels_of[identity] = family
+        held = into.get(identity)
+        if held is None:
+            into[identity] = cell
+        elif type(held) is tuple:
+            into[identity] = [held, cell]
+        else:
+            held.append(cell)
     found: dict[Identity, tuple[RunValue, dict[str, Any]]] = {}
-    for identity, (keys, successes, totals) in shares.items():
+    for identity, held in shares.items():
+        if type(held) is tuple:
+            key, x, total, family = held
+            share = x / total
+            found[identity] = (RunValue(share, x, total, cells=((key, share),), cell_keys=(key,)), family)
+            continue
+        keys, successes, totals, families = zip(*held)
         x, total = sum(successes), sum(totals)
-        cells = (((keys[0], x / total),) if len(keys) == 1
-                 else tuple(sorted(zip(keys, map(truediv, successes, totals)))))
-        found[identity] = (RunValue(x / total, x, total, cells=cells, cell_keys=_keys(cells)), labels_of[identity])
-    for identity, (keys, log_values, sizes) in logs.items():
-        cells = ((keys[0], log_values[0]),) if len(keys) == 1 else tuple(sorted(zip(keys, log_values)))
+        cells = tuple(sorted(zip(keys, map(truediv, successes, totals))))
+        found[identity] = (RunValue(x / total, x, total, cells=cells, cell_keys=_keys(cells)), families[-1])
+    for identity, held in logs.items():
+        if type(held) is tuple:
+            key, log_value, size, family = held
+            # the mean of one log p50 is itself
+            found[identity] = (RunValue(log_value, n=size, cells=((key, log_value),), cell_keys=(key,)), family)
+            continue
+        keys, log_values, sizes, families = zip(*held)
+        cells = tuple(sorted(zip(keys, log_values)))
         found[identity] = (RunValue(sum(log_values) / len(log_values), n=sum(sizes), cells=cells,
-                                    cell_keys=_keys(cells)), labels_of[identity])
+                                    cell_keys=_keys(cells)), families[-1])
     for (probe, key), ((a, b, items), labels) in _discordant(paired).items():
         variance = ((a + b) - (a - b) ** 2 / items) / items ** 2
         found[("paired", probe, "paired_difference", key)] = (
