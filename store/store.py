@@ -320,19 +320,22 @@ class Store:
                             runs_of.append(run)
         return found
 
-    def entries_of_runs(self, run_ids: Sequence[str], target: str) -> dict[str, dict[str, dict[str, Any]]]:
-        """run id -> suite entry -> its run_entries row on `target`, for many runs in one query. The
-        rows' `params` with the same text are one object (a baseline's runs repeat their entries'
-        parameters): read them, do not change them."""
-        found: dict[str, dict[str, dict[str, Any]]] = {run_id: {} for run_id in run_ids}
+    def entries_of_runs(self, run_ids: Sequence[str], targets: Sequence[str]
+                        ) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
+        """target -> run id -> suite entry -> its run_entries row, for many runs and targets in one
+        query (a fleet's baselines look at the same nights). The rows' `params` with the same text
+        are one object (a baseline's runs repeat their entries' parameters): read them, do not
+        change them."""
+        found: dict[str, dict[str, dict[str, dict[str, Any]]]] = {target: {run_id: {} for run_id in run_ids}
+                                                                   for target in targets}
         decoded: dict[str, Any] = {}
         query = (sa.select(*[_as_json_text(column) for column in run_entries.columns])
-                 .where(run_entries.c.target == target).order_by(run_entries.c.entry))
+                 .where(run_entries.c.target.in_(list(targets))).order_by(run_entries.c.entry))
         with self._engine.connect() as conn:
             for chunk in _chunks(list(run_ids)):
                 for row in _json_decoded(conn.execute(query.where(run_entries.c.run_id.in_(chunk))), run_entries,
                                          decoded, shared=True):
-                    found[row["run_id"]][row["entry"]] = row
+                    found[row["target"]][row["run_id"]][row["entry"]] = row
         return found
 
     def metrics_of_runs(self, run_ids: Sequence[str], target: str, *, units: Collection[str] = (),

@@ -510,7 +510,7 @@ def _drift_for_run(store: Any, run: dict[str, Any], config: DriftConfig, reads: 
         # One query per target for the stored metrics of this run and every run of its baselines,
         # only the rows a test can judge: shares, latency families, paired comparisons.
         wanted = {run["id"], *(r["id"] for b in baselines.values() if b.reset is None for r in b.runs)}
-        probes = {entry["probe"] for entry in store.run_entries(run["id"], target=target)}
+        probes = {baseline.probe for baseline in baselines.values()}
         stored: dict[tuple[str, str | None], list[tuple[Any, ...]]] = {}
         rows = store.metric_tuples_of_runs(sorted(wanted), target, RUN_VALUE_COLUMNS, units=("ratio",),
                                            names=judged_names(probes))
