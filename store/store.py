@@ -333,8 +333,8 @@ class Store:
                  .where(run_entries.c.target.in_(list(targets))).order_by(run_entries.c.entry))
         with self._engine.connect() as conn:
             for chunk in _chunks(list(run_ids)):
-                for row in _json_decoded(conn.execute(query.where(run_entries.c.run_id.in_(chunk))), run_entries,
-                                         decoded, shared=True):
+                result = conn.execute(query.where(run_entries.c.run_id.in_(chunk)))
+                for row in _json_decoded(list(result.keys()), result, run_entries, decoded, shared=True):
                     found[row["target"]][row["run_id"]][row["entry"]] = row
         return found
 
@@ -348,7 +348,7 @@ class Store:
         object, for a caller that only reads them (a copy each costs more than the rest of a row)."""
         names_of = [column.name for column in metrics.columns if not columns or column.name in columns]
         rows = self.metric_tuples_of_runs(run_ids, target, names_of, units=units, names=names)
-        return list(_json_decoded(rows, metrics, {}, shared=shared_json, names=names_of))
+        return list(_json_decoded(names_of, rows, metrics, {}, shared=shared_json))
 
     def metric_tuples_of_runs(self, run_ids: Sequence[str], target: str, columns: Sequence[str], *,
                               units: Collection[str] = (), names: Collection[str] = ()) -> list[tuple[Any, ...]]:
@@ -362,7 +362,7 @@ class Store:
         with self._engine.connect() as conn:
             for chunk in _chunks(list(run_ids)):
                 rows += conn.execute(query.where(metrics.c.run_id.in_(chunk))
-                                     .order_by(metrics.c.run_id, metrics.c.id)).tuples().all()
+                                     .order_by(metrics.c.run_id, metrics.c.id)).all()
         return rows
 
     def latest_complete_runs(self, *, since: dt.datetime | None = None, target: str | None = None,
@@ -470,7 +470,8 @@ class Store:
             query = query.where(metrics.c.entry == entry)
         with self._engine.connect() as conn:
             # a run's label sets recur on every target: each text decoded once, each row its own copy
-            return list(_json_decoded(conn.execute(query), metrics, {}, shared=False))
+            result = conn.execute(query)
+            return list(_json_decoded(list(result.keys()), result, metrics, {}, shared=False))
 
     # -- alerts and their outbox (prober/alerting/alerts.py) ------------------------------------------
 
@@ -710,13 +711,12 @@ def _as_json_text(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
     return sa.cast(column, sa.Text).label(column.name) if isinstance(column.type, sa.types.JSON) else column
 
 
-def _json_decoded(rows: Iterable[Sequence[Any]], table: sa.Table, decoded: dict[str, Any], *, shared: bool,
-                  names: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
-    """Rows read with their JSON columns as text (`_as_json_text`), as dicts with that JSON
-    decoded: each distinct text once (`decoded` keeps them), the rows sharing the object when
-    `shared`, else each row a shallow copy (what metrics hold there, labels and flags, is flat).
-    `names`: the columns, when `rows` is not a result that knows them."""
-    names = list(rows.keys()) if names is None and isinstance(rows, sa.CursorResult) else list(names or [])
+def _json_decoded(names: Sequence[str], rows: Iterable[Sequence[Any]], table: sa.Table, decoded: dict[str, Any], *,
+                  shared: bool) -> Iterator[dict[str, Any]]:
+    """Rows of these columns of `table`, read with their JSON columns as text (`_as_json_text`), as
+    dicts with that JSON decoded: each distinct text once (`decoded` keeps them), the rows sharing
+    the object when `shared`, else each row a shallow copy (what metrics hold there, labels and
+    flags, is flat)."""
     json_at = [index for index, name in enumerate(names) if _is_json(table, name)]
     for values in rows:
         row = dict(zip(names, values, strict=True))
