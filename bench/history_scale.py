@@ -233,7 +233,9 @@ print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss
 
 # The post-run evaluation `prober run` does after storing a run (prober/commands/run.py): SLO
 # rules and drift through evaluate_run, the per-target rule states and the baseline resets. Timed
-# inside the child, after its imports.
+# inside the child, after its imports. The drift tests need scipy.special, not scipy.stats
+# (prober/core/stats.py): a process that only evaluates does not load scipy.stats (`prober run`
+# has, for its probes' summaries).
 _EVALUATE = """
 import json, sys, time
 from prober.alerting.alerts import evaluate_run
@@ -242,7 +244,7 @@ from prober.alerting.drift import baseline_resets
 from prober.alerting.slo_rules import rule_states
 from prober.core.config import load_config
 from store import Store
-import scipy.stats  # noqa: F401  (the drift tests load it on first use; `prober run` has by then)
+import scipy.special  # noqa: F401  (the drift tests load it on first use; `prober run` has by then)
 config = load_config(sys.argv[1])
 store = Store.open(config.store.url)
 run = store.list_runs(limit=1, suite="nightly")[0]

@@ -262,8 +262,8 @@ def report(
     (or: prober report --batch 2026-12-01 --format md, the whole fleet's night)
     """
     from prober.alerting.verdicts import ReportVerdicts
+    from prober.core.gc_pause import collector_paused
     from reports.collect import collect, load_window, parse_since
-    from reports.gc_pause import collector_paused
     from reports.render import RENDERERS, write_report
     from reports.site import write_site
 
@@ -277,7 +277,7 @@ def report(
         require_known_target(store, cfg, target)
         if batch is not None and not store.list_runs(limit=1, batch=batch):
             raise ConfigError(f"--batch {batch!r}: no run of this batch in {_url_shown(cfg.store.url)}")
-        with collector_paused():       # (reports/gc_pause.py: a third of a year's report was collections)
+        with collector_paused():       # (prober/core/gc_pause.py: a third of a year's report was collections)
             window = load_window(store, start, target, batch=batch)     # read once: the report and its run pages
             collected = collect(store, verdicts, start, target, window=window, batch=batch)
             path = write_site(store, verdicts, collected, out_dir, window) if fmt == "html" else None

@@ -290,40 +290,52 @@ class Store:
             _add_target_status(conn, found)
         return found
 
-    def completed_runs(self, suite: str, target: str, before: dt.datetime, limit: int, *,
-                       site: str | None = None) -> list[dict[str, Any]]:
-        """Up to `limit` runs of `suite` (from `site`, where given) started before `before` in which
-        `target` completed, newest first, each with `target_status`: the candidates of a drift
-        baseline. Reads runs and their targets' statuses, never a sample (a run stored before
-        per-target status counts when the run completed and lists the target)."""
-        own = run_targets.alias("own")
-        query = (sa.select(runs).outerjoin(own, sa.and_(own.c.run_id == runs.c.id, own.c.target == target))
-                 .where(runs.c.suite == suite, runs.c.started_at < before,
-                        sa.func.coalesce(own.c.status, runs.c.status) == "complete")
-                 .order_by(runs.c.started_at.desc(), runs.c.id.desc()))
-        query = _placed(query, site, None)
-        found: list[dict[str, Any]] = []
+    def completed_runs(self, suite: str, targets: Sequence[str], before: dt.datetime, limit: int, *,
+                       site: str | None = None) -> dict[str, list[dict[str, Any]]]:
+        """Per target of `targets`: up to `limit` runs of `suite` (from `site`, where given) started
+        before `before` in which the target completed, newest first, each with `target_status`: the
+        candidates of a drift baseline. The targets of a fleet look at the same nights, so the runs
+        and their targets' statuses are read once for all of them (a run in several lists is one
+        dict: read it, do not change it); never a sample. A target completed a run when its own
+        recorded status is "complete", or, in a run stored before per-target status, when the run
+        completed and lists it."""
+        query = _placed(sa.select(runs).where(runs.c.suite == suite, runs.c.started_at < before)
+                        .order_by(runs.c.started_at.desc(), runs.c.id.desc()), site, None)
+        found: dict[str, list[dict[str, Any]]] = {target: [] for target in targets}
         offset = 0
         with self._engine.connect() as conn:
-            while len(found) < limit:
-                size = min(_LIST_PAGE, max(limit - len(found), 1))   # never read far past what is asked
+            while (fewest := min((len(runs_of) for runs_of in found.values()), default=limit)) < limit:
+                size = min(_LIST_PAGE, max(limit - fewest, 1))   # never read far past what is asked
                 page = [dict(row._mapping) for row in conn.execute(query.limit(size).offset(offset))]
                 if not page:
                     break
                 offset += len(page)
-                _add_target_status(conn, page)
-                found += [run for run in page if target in completed_targets(run)]
-        return found[:limit]
+                recorded = _add_target_status(conn, page)
+                for run in page:
+                    # a target whose recorded status is still "running" in a run that ended is left out
+                    done = set(completed_targets(run))
+                    for target, runs_of in found.items():
+                        if len(runs_of) < limit and target in done and \
+                                recorded[run["id"]].get(target, "complete") == "complete":
+                            runs_of.append(run)
+        return found
 
-    def entries_of_runs(self, run_ids: Sequence[str], target: str) -> dict[str, dict[str, dict[str, Any]]]:
-        """run id -> suite entry -> its run_entries row on `target`, for many runs in one query."""
-        found: dict[str, dict[str, dict[str, Any]]] = {run_id: {} for run_id in run_ids}
+    def entries_of_runs(self, run_ids: Sequence[str], targets: Sequence[str]
+                        ) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
+        """target -> run id -> suite entry -> its run_entries row, for many runs and targets in one
+        query (a fleet's baselines look at the same nights). The rows' `params` with the same text
+        are one object (a baseline's runs repeat their entries' parameters): read them, do not
+        change them."""
+        found: dict[str, dict[str, dict[str, dict[str, Any]]]] = {target: {run_id: {} for run_id in run_ids}
+                                                                   for target in targets}
+        decoded: dict[str, Any] = {}
+        query = (sa.select(*[_as_json_text(column) for column in run_entries.columns])
+                 .where(run_entries.c.target.in_(list(targets))).order_by(run_entries.c.entry))
         with self._engine.connect() as conn:
             for chunk in _chunks(list(run_ids)):
-                for row in conn.execute(sa.select(run_entries).where(run_entries.c.run_id.in_(chunk),
-                                                                     run_entries.c.target == target)
-                                        .order_by(run_entries.c.entry)):
-                    found[row.run_id][row.entry] = dict(row._mapping)
+                result = conn.execute(query.where(run_entries.c.run_id.in_(chunk)))
+                for row in _json_decoded(list(result.keys()), result, run_entries, decoded, shared=True):
+                    found[row["target"]][row["run_id"]][row["entry"]] = row
         return found
 
     def metrics_of_runs(self, run_ids: Sequence[str], target: str, *, units: Collection[str] = (),
@@ -334,29 +346,23 @@ class Store:
         `columns`, only these columns (what a drift test judges is a small part of a baseline's
         quarter million rows). `shared_json`: rows with the same labels (or flags) share one decoded
         object, for a caller that only reads them (a copy each costs more than the rest of a row)."""
-        query = sa.select(*[_as_json_text(column) for column in metrics.columns
-                            if not columns or column.name in columns]).where(metrics.c.target == target)
+        names_of = [column.name for column in metrics.columns if not columns or column.name in columns]
+        rows = self.metric_tuples_of_runs(run_ids, target, names_of, units=units, names=names)
+        return list(_json_decoded(names_of, rows, metrics, {}, shared=shared_json))
+
+    def metric_tuples_of_runs(self, run_ids: Sequence[str], target: str, columns: Sequence[str], *,
+                              units: Collection[str] = (), names: Collection[str] = ()) -> list[tuple[Any, ...]]:
+        """As `metrics_of_runs`, each row a tuple of `columns` in that order, and a JSON column the
+        text stored: for a reader of a baseline's hundred thousand rows, a dict and a decoded label
+        set per row cost more than the query (it decodes each distinct text once)."""
+        query = sa.select(*[_as_json_text(metrics.c[name]) for name in columns]).where(metrics.c.target == target)
         if units or names:
             query = query.where(sa.or_(metrics.c.unit.in_(list(units)), metrics.c.name.in_(list(names))))
-        rows: list[dict[str, Any]] = []
-        decoded: dict[str, Any] = {}     # a label set recurs in every run: its text is decoded once
+        rows: list[tuple[Any, ...]] = []
         with self._engine.connect() as conn:
             for chunk in _chunks(list(run_ids)):
-                result = conn.execute(query.where(metrics.c.run_id.in_(chunk)).order_by(metrics.c.run_id, metrics.c.id))
-                names_of = list(result.keys())      # once, not per row
-                json_at = [index for index, name in enumerate(names_of) if _is_json(metrics, name)]
-                for values in result:
-                    row = dict(zip(names_of, values, strict=True))
-                    for index in json_at:
-                        text = values[index]
-                        if text is not None:
-                            if text not in decoded:
-                                decoded[text] = json.loads(text)
-                            value = decoded[text]
-                            # a row of its own (labels and flags are flat): a caller may change it
-                            row[names_of[index]] = (value.copy() if not shared_json and isinstance(value, (dict, list))
-                                                    else value)
-                    rows.append(row)
+                rows += conn.execute(query.where(metrics.c.run_id.in_(chunk))
+                                     .order_by(metrics.c.run_id, metrics.c.id)).all()
         return rows
 
     def latest_complete_runs(self, *, since: dt.datetime | None = None, target: str | None = None,
@@ -454,7 +460,8 @@ class Store:
 
     def metrics(self, run_id: str, probe: str | None = None, target: str | None = None,
                 entry: str | None = None) -> list[dict[str, Any]]:
-        query = sa.select(metrics).where(metrics.c.run_id == run_id).order_by(metrics.c.id)
+        query = (sa.select(*[_as_json_text(column) for column in metrics.columns])
+                 .where(metrics.c.run_id == run_id).order_by(metrics.c.id))
         if probe is not None:
             query = query.where(metrics.c.probe == probe)
         if target is not None:
@@ -462,7 +469,9 @@ class Store:
         if entry is not None:
             query = query.where(metrics.c.entry == entry)
         with self._engine.connect() as conn:
-            return [dict(row._mapping) for row in conn.execute(query)]
+            # a run's label sets recur on every target: each text decoded once, each row its own copy
+            result = conn.execute(query)
+            return list(_json_decoded(list(result.keys()), result, metrics, {}, shared=False))
 
     # -- alerts and their outbox (prober/alerting/alerts.py) ------------------------------------------
 
@@ -702,6 +711,25 @@ def _as_json_text(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
     return sa.cast(column, sa.Text).label(column.name) if isinstance(column.type, sa.types.JSON) else column
 
 
+def _json_decoded(names: Sequence[str], rows: Iterable[Sequence[Any]], table: sa.Table, decoded: dict[str, Any], *,
+                  shared: bool) -> Iterator[dict[str, Any]]:
+    """Rows of these columns of `table`, read with their JSON columns as text (`_as_json_text`), as
+    dicts with that JSON decoded: each distinct text once (`decoded` keeps them), the rows sharing
+    the object when `shared`, else each row a shallow copy (what metrics hold there, labels and
+    flags, is flat)."""
+    json_at = [index for index, name in enumerate(names) if _is_json(table, name)]
+    for values in rows:
+        row = dict(zip(names, values, strict=True))
+        for index in json_at:
+            text = values[index]
+            if text is not None:
+                if text not in decoded:
+                    decoded[text] = json.loads(text)
+                value = decoded[text]
+                row[names[index]] = value if shared or not isinstance(value, (dict, list)) else value.copy()
+        yield row
+
+
 def _read_window(conn: sa.Connection, query: sa.Select[Any], table: sa.Table,
                  since: dt.datetime | None, every_run: bool = False) -> list[dict[str, Any]]:
     """The rows of `query` (ordered by run start, run id, then row). With `since`: the window's runs
@@ -800,15 +828,18 @@ def _add_counts(conn: sa.Connection, run_list: list[dict[str, Any]]) -> None:
         run["sample_count"], run["error_count"] = counts.get(run["id"], (0, 0))
 
 
-def _add_target_status(conn: sa.Connection, run_list: list[dict[str, Any]]) -> None:
+def _add_target_status(conn: sa.Connection, run_list: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     """Add `target_status` to each run dict: {target: {status, reason, config_hash}} in the order the
     targets ran (empty for runs stored before targets were recorded). A target still `running` in
-    a run that ended (killed, interrupted) takes the run's status."""
+    a run that ended (killed, interrupted) takes the run's status. Returns, per run id, each
+    target's status as recorded (before that)."""
     if not run_list:
-        return
+        return {}
     found: dict[str, dict[str, dict[str, Any]]] = {run["id"]: {} for run in run_list}
+    recorded: dict[str, dict[str, str]] = {run_id: {} for run_id in found}
     for row in conn.execute(sa.select(run_targets).where(run_targets.c.run_id.in_(list(found)))):
         found[row.run_id][row.target] = {"status": row.status, "reason": row.reason, "config_hash": row.config_hash}
+        recorded[row.run_id][row.target] = row.status
     for run in run_list:
         listed = run.get("targets") or []
         statuses = dict(sorted(found[run["id"]].items(),
@@ -817,6 +848,7 @@ def _add_target_status(conn: sa.Connection, run_list: list[dict[str, Any]]) -> N
             if state["status"] == "running" and run["status"] != "running":
                 state["status"] = run["status"]
         run["target_status"] = statuses
+    return recorded
 
 
 def _process_alive(pid: int, run_started_at: dt.datetime) -> bool:

@@ -31,6 +31,7 @@ class Baseline:
     runs: list[dict[str, Any]] = field(default_factory=list)
     # Set when earlier runs exist but none is comparable: "baseline reset: <what changed>".
     reset: str | None = None
+    probe: str = ""                 # the entry's probe in the run judged
 
 
 def _shaping_params(entry: dict[str, Any]) -> dict[str, Any]:
@@ -67,20 +68,45 @@ class BaselineReads:
     entries: dict[tuple[str, str], dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)
 
 
-def _candidates(store: Any, run: dict[str, Any], target: str, limit: int,
-                reads: BaselineReads | None) -> list[dict[str, Any]]:
-    """store.completed_runs for `run` and `target`, or the newest `limit` of a longer read kept in
-    `reads` (newest first, so a shorter read is its prefix), or all of a read that found the
-    history's end."""
-    key = (run["id"], target)
-    if reads is not None and key in reads.candidates:
-        read_limit, found = reads.candidates[key]
+def read_candidates(store: Any, run: dict[str, Any], targets: list[str], limit: int, reads: BaselineReads) -> None:
+    """Keep in `reads` the newest `limit` baseline candidates of each of these targets of `run`
+    that it does not hold yet, and the entries they and `run` recorded on them: read together, the
+    fleet's nights once (store.completed_runs, store.entries_of_runs), not once per target."""
+    missing = [target for target in targets if _held(reads, run, target, limit) is None]
+    if not missing:
+        return
+    found = store.completed_runs(run["suite"], missing, run["started_at"], limit, site=run.get("site"))
+    for target in missing:
+        reads.candidates[(run["id"], target)] = (limit, found[target])
+    unread = {target: [r["id"] for r in [run, *found[target]]
+                       if r["id"] not in reads.entries.get((run["id"], target), {})] for target in missing}
+    wanted = sorted({run_id for ids in unread.values() for run_id in ids})
+    if wanted:
+        entries = store.entries_of_runs(wanted, [target for target, ids in unread.items() if ids])
+        for target, ids in unread.items():
+            held = reads.entries.setdefault((run["id"], target), {})
+            held.update({run_id: entries[target][run_id] for run_id in ids})
+
+
+def _held(reads: BaselineReads | None, run: dict[str, Any], target: str, limit: int) -> list[dict[str, Any]] | None:
+    """The newest `limit` candidates of a read kept in `reads` (newest first, so a shorter read is
+    its prefix), or all of a read that found the history's end; None when `reads` holds neither."""
+    if reads is not None and (run["id"], target) in reads.candidates:
+        read_limit, found = reads.candidates[(run["id"], target)]
         if read_limit >= limit or len(found) < read_limit:
             return found[:limit]
-    found = store.completed_runs(run["suite"], target, run["started_at"], limit, site=run.get("site"))
-    if reads is not None:
-        reads.candidates[key] = (limit, found)
-    return list(found)
+    return None
+
+
+def _candidates(store: Any, run: dict[str, Any], target: str, limit: int,
+                reads: BaselineReads | None) -> list[dict[str, Any]]:
+    """store.completed_runs for `run` and `target`, or what `reads` holds of them."""
+    held = _held(reads, run, target, limit)
+    if held is not None:
+        return held
+    reads = BaselineReads() if reads is None else reads
+    read_candidates(store, run, [target], limit, reads)
+    return list(reads.candidates[(run["id"], target)][1])
 
 
 def select_baselines(store: Any, run: dict[str, Any], target: str, size: int,
@@ -91,17 +117,21 @@ def select_baselines(store: Any, run: dict[str, Any], target: str, size: int,
     completed: a latency baseline measured from one site never judges a run from another.
     `reads`: what earlier selections for this run read, used and added to.
     """
-    current = {row["entry"]: row for row in store.run_entries(run["id"], target=target)}
     # Runs and their recorded entries only: a baseline never reads a sample. The newest `size`
     # candidates first: when every entry finds them all comparable (the usual night) that is the
     # answer; else up to 4 * size + 8 candidates, the same lists a single long read gives.
     earlier: list[dict[str, Any]] = []
     entries_of: dict[str, dict[str, dict[str, Any]]] = (
         {} if reads is None else reads.entries.setdefault((run["id"], target), {}))
+    if run["id"] not in entries_of:
+        entries_of[run["id"]] = {row["entry"]: row for row in store.run_entries(run["id"], target=target)}
+    current = entries_of[run["id"]]
     for limit in (size, 4 * size + 8):
         found = _candidates(store, run, target, limit, reads)
         earlier = [r for r in found if r["id"] != run["id"]]
-        entries_of.update(store.entries_of_runs([r["id"] for r in earlier if r["id"] not in entries_of], target))
+        unread = [r["id"] for r in earlier if r["id"] not in entries_of]
+        if unread:
+            entries_of.update(store.entries_of_runs(unread, [target])[target])
         comparable = {entry_id: [r for r in earlier if what_changed(entry, entries_of[r["id"]].get(entry_id)) is None]
                       for entry_id, entry in current.items()}
         if len(found) < limit or all(len(runs) >= size for runs in comparable.values()):
@@ -114,5 +144,5 @@ def select_baselines(store: Any, run: dict[str, Any], target: str, size: int,
             change = (what_changed(entry, newest.get(entry_id)) if newest
                       else "earlier runs recorded no parameters or probe version")
             reset = f"baseline reset: {target} {entry_id}: {change}"
-        selected[entry_id] = Baseline(target, entry_id, comparable[entry_id][:size], reset)
+        selected[entry_id] = Baseline(target, entry_id, comparable[entry_id][:size], reset, entry["probe"])
     return selected

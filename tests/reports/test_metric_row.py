@@ -6,9 +6,9 @@ import gc
 
 import pytest
 
+from prober.core.gc_pause import collector_paused
 from reports.calibration import Overhead
 from reports.collect import LatestMetric, SloResult
-from reports.gc_pause import collector_paused
 from reports.html import metric_row
 
 pytestmark = pytest.mark.unit
