@@ -23,9 +23,15 @@ import tempfile
 import time
 import traceback
 
-# Third-party modules only: the project's are imported in each child, after its environment is set.
-PRELOADED = ("sqlalchemy", "sqlalchemy.orm", "typer", "rich.console", "rich.table", "rich.progress",
-             "rich.markup", "pydantic", "numpy", "scipy.special", "jinja2")
+# Third-party and standard-library modules only: the project's are imported in each child, after its
+# environment is set. The list is what a `prober run` and a `prober report` import beyond the
+# interpreter's start (scipy.stats alone is 0.5 s of CPU, imported by the drift tests of every run;
+# pydantic's package imports its parts lazily, so they are named).
+PRELOADED = ("sqlalchemy", "sqlalchemy.orm", "sqlalchemy.dialects.sqlite", "sqlite3", "typer", "rich.console",
+             "rich.table", "rich.progress", "rich.markup", "rich._emoji_codes", "pydantic.main", "pydantic.fields",
+             "pydantic.json_schema", "pydantic.type_adapter", "numpy", "scipy.special", "scipy.stats", "jinja2",
+             "multiprocessing.queues", "multiprocessing.connection", "asyncio", "email.message", "http.client",
+             "urllib.parse", "zoneinfo", "tomllib", "asyncio_throttle")
 
 
 def _child(args: list[str], cwd: str, env: dict[str, str], out_path: str, err_path: str) -> None:
