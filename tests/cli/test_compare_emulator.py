@@ -30,8 +30,8 @@ pytestmark = pytest.mark.emulator
 
 # Small runs: two levels, 40 measured requests each (p50 and p90 bounded, p99 flagged).
 PARAMS = {"levels": [4, 8], "requests_per_level": 36, "warmup": 1, "max_tokens": 8, "input_tokens": 16}
-BASE = "first_token_delay_ms = 200\nprefill_ms_per_token = 0\ndecode_tokens_per_s = 50\nslots = 8\n"
-SLOW = BASE.replace("first_token_delay_ms = 200", "first_token_delay_ms = 300")
+BASE = "first_token_delay_ms = 100\nprefill_ms_per_token = 0\ndecode_tokens_per_s = 200\nslots = 8\n"
+SLOW = BASE.replace("first_token_delay_ms = 100", "first_token_delay_ms = 150")
 BASE_RUNS = 3
 
 
