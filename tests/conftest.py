@@ -33,10 +33,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tiers = sorted({marker.name for marker in item.iter_markers() if marker.name in TIERS})
         if len(tiers) != 1:
             wrong.append(f"  {item.nodeid}: {', '.join(tiers) or 'no tier marker'}")
+    _shared_fixture_users_first(items)
     if wrong:
         raise pytest.UsageError(
             f"every test needs exactly one tier marker of {', '.join(TIERS)} (see tests/conftest.py); "
             f"{len(wrong)} do not:\n" + "\n".join(wrong))
+
+
+def _shared_fixture_users_first(items: list[pytest.Item]) -> None:
+    """The tests that share one of our session-scoped fixtures (the report store: about 12 s of
+    CPU to build) move to the front, side by side. pytest-xdist hands each worker a contiguous
+    run of tests to start with (`load` and `worksteal` alike), so one worker builds the fixture
+    once; spread over the workers, each built its own. (`--dist loadgroup` would say this with a
+    mark, but pytest-xdist 3.8 groups by an attribute pytest 9.2 no longer reads.)"""
+    def shared(item: pytest.Item) -> str:
+        info = getattr(item, "_fixtureinfo", None)
+        for name in sorted(item.fixturenames):
+            definitions = info.name2fixturedefs.get(name, ()) if info is not None else ()
+            # Ours only: pytest's own (tmp_path_factory) are session-scoped and cheap.
+            if any(definition.scope == "session" and definition.func.__module__.startswith("tests.")
+                   for definition in definitions):
+                return name
+        return ""
+
+    keys = {id(item): shared(item) for item in items}
+    # Stable: within one fixture's users, and among the rest, the collection order stays.
+    items.sort(key=lambda item: (keys[id(item)] == "", keys[id(item)]))
 
 
 class UnitTestOpenedSocket(Exception):

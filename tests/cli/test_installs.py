@@ -48,7 +48,10 @@ sys.meta_path.insert(0, _NotInstalled())
 
 def _without(tmp_path: Path, *modules: str) -> dict[str, str]:
     """Environment for a `prober` subprocess in which `modules` cannot be imported."""
-    site = tmp_path / "absent-site"
+    # A directory per set of modules: rewriting one sitecustomize.py for the next set within the
+    # same second, at the same size ("psycopg" and "pyarrow"), let Python run the first set's
+    # cached bytecode wherever bytecode is written.
+    site = tmp_path / f"absent-site-{'-'.join(sorted(modules))}"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(_SITECUSTOMIZE.format(absent=set(modules)))
     return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))

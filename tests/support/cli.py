@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -40,23 +41,62 @@ def _stop(zygote: subprocess.Popen) -> None:
         zygote.wait()
 
 
+def _ask(request: dict) -> dict:
+    with _zygote_lock:
+        zygote = _zygote_process()
+        assert zygote.stdin is not None and zygote.stdout is not None
+        zygote.stdin.write(json.dumps(request) + "\n")
+        zygote.stdin.flush()
+        return json.loads(zygote.stdout.readline())
+
+
+def _environment(env: dict[str, str] | None) -> dict[str, str]:
+    return {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", **(env or {})}   # env wins
+
+
 def prober(*args: str, cwd: Path, env: dict[str, str] | None = None,
            timeout: float = 600) -> subprocess.CompletedProcess:
     """`python -m prober.cli ARGS` in `cwd`, its output captured as text: a fresh process forked
     from a zygote that has the third-party imports done (tests/support/prober_zygote.py), about
     0.55 s of CPU less per command than a new interpreter."""
-    full_env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", **(env or {})}   # env wins
     command = [sys.executable, "-m", "prober.cli", *args]
-    request = json.dumps({"args": list(args), "cwd": str(cwd), "env": full_env, "timeout": timeout})
-    with _zygote_lock:
-        zygote = _zygote_process()
-        assert zygote.stdin is not None and zygote.stdout is not None
-        zygote.stdin.write(request + "\n")
-        zygote.stdin.flush()
-        reply = json.loads(zygote.stdout.readline())
+    reply = _ask({"args": list(args), "cwd": str(cwd), "env": _environment(env), "timeout": timeout})
     if reply["timeout"]:
         raise subprocess.TimeoutExpired(command, timeout, reply["stdout"], reply["stderr"])
     return subprocess.CompletedProcess(command, reply["returncode"], reply["stdout"], reply["stderr"])
+
+
+class BackgroundProber:
+    """`prober ARGS` left running (a server: `prober emulate`), forked by the zygote as `prober`
+    above is: as much of Popen as tests/support/processes.py uses. Its stdout is discarded and
+    its stderr kept in a file, read through `stderr` as a pipe would be."""
+
+    def __init__(self, *args: str, cwd: Path, stderr_path: Path) -> None:
+        stderr_path.write_bytes(b"")
+        self.args = [sys.executable, "-m", "prober.cli", *args]
+        self.stdout = None
+        self.stderr = stderr_path.open("rb")
+        self.returncode: int | None = None
+        self.pid = _ask({"args": list(args), "cwd": str(cwd), "env": _environment(None), "background": True,
+                         "stderr_path": str(stderr_path)})["pid"]
+
+    def poll(self) -> int | None:
+        return self.wait(0, raising=False)
+
+    def wait(self, timeout: float | None = None, raising: bool = True) -> int | None:
+        if self.returncode is None:
+            self.returncode = _ask({"wait": self.pid, "timeout": timeout})["returncode"]
+            if self.returncode is None and raising:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return self.returncode
+
+    def terminate(self) -> None:
+        if self.returncode is None:   # not yet reaped, so the pid is still this process's
+            os.kill(self.pid, signal.SIGTERM)
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGKILL)
 
 
 def assert_one_clear_line(result: subprocess.CompletedProcess, *fragments: str) -> None:

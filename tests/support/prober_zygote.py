@@ -8,9 +8,9 @@ and signals, and the project's modules imported fresh after the environment is s
 code that reads the environment sees the test's). It imports nothing of the project itself.
 
 Protocol, one JSON line each way on stdin/stdout: {"args", "cwd", "env", "timeout"} in;
-{"returncode", "stdout", "stderr", "timeout"} out. The child runs prober.cli as `-m` does
-(runpy, as `__main__`), so click names the program and a spawned sample writer re-imports the
-main module just as they do under `python -m prober.cli`.
+{"returncode", "stdout", "stderr", "timeout"} out (a server left running: see serve). The child
+runs prober.cli as `-m` does (runpy, as `__main__`), so click names the program and a spawned
+sample writer re-imports the main module just as they do under `python -m prober.cli`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,15 @@ import tempfile
 import time
 import traceback
 
-# Third-party modules only: the project's are imported in each child, after its environment is set.
-PRELOADED = ("sqlalchemy", "sqlalchemy.orm", "typer", "rich.console", "rich.table", "rich.progress",
-             "rich.markup", "pydantic", "numpy", "scipy.special", "jinja2")
+# Third-party and standard-library modules only: the project's are imported in each child, after its
+# environment is set. The list is what a `prober run` and a `prober report` import beyond the
+# interpreter's start (scipy.stats alone is 0.5 s of CPU, imported by the drift tests of every run;
+# pydantic's package imports its parts lazily, so they are named).
+PRELOADED = ("sqlalchemy", "sqlalchemy.orm", "sqlalchemy.dialects.sqlite", "sqlite3", "typer", "rich.console",
+             "rich.table", "rich.progress", "rich.markup", "rich._emoji_codes", "pydantic.main", "pydantic.fields",
+             "pydantic.json_schema", "pydantic.type_adapter", "numpy", "scipy.special", "scipy.stats", "jinja2",
+             "multiprocessing.queues", "multiprocessing.connection", "asyncio", "email.message", "http.client",
+             "urllib.parse", "zoneinfo", "tomllib", "asyncio_throttle")
 
 
 def _child(args: list[str], cwd: str, env: dict[str, str], out_path: str, err_path: str) -> None:
@@ -72,36 +78,58 @@ def _child(args: list[str], cwd: str, env: dict[str, str], out_path: str, err_pa
             os._exit(code)
 
 
-def _wait(pid: int, timeout: float | None) -> int | None:
+def _wait(pid: int, timeout: float | None, kill: bool = True) -> int | None:
+    """The child's exit code, or None when it is still running after `timeout` s (0: just look),
+    in which case it is killed first if `kill`."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return os.waitstatus_to_exitcode(status)
-        if deadline is not None and time.monotonic() > deadline:
+        if deadline is not None and time.monotonic() >= deadline:
+            if not kill:
+                return None
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             return None
         time.sleep(0.005)
 
 
+def _run(request: dict) -> dict:
+    """A command run to its end (or its timeout): its exit code and output."""
+    with tempfile.TemporaryDirectory(prefix="prober-zygote-") as scratch:
+        out_path, err_path = os.path.join(scratch, "stdout"), os.path.join(scratch, "stderr")
+        for path in (out_path, err_path):
+            open(path, "w").close()
+        pid = _fork(request, out_path, err_path)
+        returncode = _wait(pid, request.get("timeout"))
+        with open(out_path, encoding="utf-8", errors="replace") as out, \
+                open(err_path, encoding="utf-8", errors="replace") as err:
+            return {"returncode": returncode, "stdout": out.read(), "stderr": err.read(),
+                    "timeout": returncode is None}
+
+
+def _fork(request: dict, out_path: str, err_path: str) -> int:
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        _child(request["args"], request["cwd"], request["env"], out_path, err_path)
+    return pid
+
+
 def serve() -> None:
+    """Requests: a command to run to its end; {"background": true, "stderr_path"} to start one and
+    answer its pid at once (a server such as `prober emulate`), its stdout discarded; {"wait": pid,
+    "timeout"} for a background command's exit code (None while it runs), as Popen.wait does."""
     for name in PRELOADED:
         __import__(name)
     for line in sys.stdin:
         request = json.loads(line)
-        with tempfile.TemporaryDirectory(prefix="prober-zygote-") as scratch:
-            out_path, err_path = os.path.join(scratch, "stdout"), os.path.join(scratch, "stderr")
-            for path in (out_path, err_path):
-                open(path, "w").close()
-            sys.stdout.flush()
-            pid = os.fork()
-            if pid == 0:
-                _child(request["args"], request["cwd"], request["env"], out_path, err_path)
-            returncode = _wait(pid, request.get("timeout"))
-            with open(out_path, encoding="utf-8", errors="replace") as out, \
-                    open(err_path, encoding="utf-8", errors="replace") as err:
-                reply = {"returncode": returncode, "stdout": out.read(), "stderr": err.read(),
-                         "timeout": returncode is None}
+        if "wait" in request:
+            reply = {"returncode": _wait(request["wait"], request["timeout"], kill=False)}
+        elif request.get("background"):
+            reply = {"pid": _fork(request, os.devnull, request["stderr_path"])}
+        else:
+            reply = _run(request)
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()

@@ -7,6 +7,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from prober.local_build import stop_child
 
@@ -16,6 +17,14 @@ def listening_process(args: list[str], port: int, what: str, timeout: float) -> 
     """Start `args`, wait until 127.0.0.1:`port` accepts connections, yield the process, and stop it
     on the way out. A process that exits or never listens raises with its stderr."""
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with listening(process, port, what, timeout):
+        yield process
+
+
+@contextmanager
+def listening(process: Any, port: int, what: str, timeout: float) -> Iterator[None]:
+    """`process` (started, a Popen or tests/support/cli.py's BackgroundProber), once 127.0.0.1:`port`
+    accepts connections; stopped on the way out."""
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -27,6 +36,6 @@ def listening_process(args: list[str], port: int, what: str, timeout: float) -> 
                     stderr = process.stderr.read().decode() if process.stderr and process.poll() is not None else ""
                     raise RuntimeError(f"{what} did not start: {stderr}") from None
                 time.sleep(0.05)
-        yield process
+        yield
     finally:
         stop_child(process)
