@@ -152,11 +152,45 @@ def default_ssl_context() -> ssl.SSLContext:
     return _ssl_context
 
 
-class _Connection(asyncio.Protocol):
-    """One socket: a receive buffer, the arrival time of the latest bytes, and the timers."""
+class _Arrivals:
+    """Connections whose bytes arrived and wait to be parsed, oldest first, parsed a few per turn
+    of the event loop.
+
+    A turn of the loop reads every socket that is ready (data_received stamps the bytes), then runs
+    what the previous turn scheduled. Parsing all waiting streams in one callback would hold the
+    loop for the whole burst (512 streams: tens of ms), and bytes arriving meanwhile would be read,
+    and stamped, only after it. A few at a time, the loop looks at its sockets again between
+    batches, so a stamp waits at most one batch's parsing."""
+
+    BATCH = 16
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
+        self._waiting: deque[_Connection] = deque()
+        self._scheduled = False
+
+    def add(self, conn: _Connection) -> None:
+        self._waiting.append(conn)
+        if not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._parse_some)
+
+    def _parse_some(self) -> None:
+        waiting = self._waiting
+        for _ in range(min(self.BATCH, len(waiting))):
+            waiting.popleft()._parse_arrival()
+        if waiting:
+            self.loop.call_soon(self._parse_some)     # after the reads of the loop's next turn
+        else:
+            self._scheduled = False
+
+
+class _Connection(asyncio.Protocol):
+    """One socket: a receive buffer, the arrival time of the latest bytes, and the timers."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, arrivals: _Arrivals) -> None:
+        self.loop = loop
+        self.arrivals = arrivals
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
         self.recv_ns = 0                       # arrival of the latest data, or when a request was armed
@@ -184,31 +218,34 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        self.buf += data
-        self.recv_ns = perf_counter_ns()
+        now = perf_counter_ns()
         if self.on_arrival is not None:
-            # Stamp now, parse on the loop's next turn. When many streams' bytes arrive in one
-            # turn (a closed loop's round sends them together, so their first tokens come
-            # together) each socket is read and stamped first, and the SSE and JSON work for all
-            # of them comes after: a stream's arrival time no longer includes the parsing of the
-            # streams read before it (p99 TTFT overhead at 512 streams, issue 13). The parse
-            # always runs before this socket is read again: the loop runs callbacks scheduled in
-            # one turn before the reads of the next, so one stamp never covers two arrivals.
-            if not self._parse_pending:
-                self._parse_pending = True
-                self.loop.call_soon(self._parse_arrival)
+            # Stamp now, parse a little later (_Arrivals): bytes of many streams arriving together
+            # (a closed loop's round sends its requests together, so their first tokens come
+            # together) are each stamped when read, not after the SSE and JSON work of the streams
+            # read before them (p99 TTFT overhead at 512 streams, issue 13).
+            if self._parse_pending:
+                self._parse_arrival()           # earlier bytes not parsed yet: with their own stamp
+            self.buf += data
+            self.recv_ns = now
+            self._parse_pending = True
+            self.arrivals.add(self)
             return
+        self.buf += data
+        self.recv_ns = now
         self._wake()
         if len(self.buf) > _HIGH_WATER and not self._reading_paused and self.transport is not None:
             self._reading_paused = True
             self.transport.pause_reading()
 
     def _parse_arrival(self) -> None:
+        if not self._parse_pending:
+            return                  # parsed already (a later arrival, or the end of the stream, came first)
         self._parse_pending = False
         if self.on_arrival is not None:
             self.on_arrival()
         else:
-            self._wake()          # the response stopped being pushed meanwhile: a reader waits
+            self._wake()            # the response stopped being pushed meanwhile: a reader waits
 
     def eof_received(self) -> bool:
         self.eof = True
@@ -240,6 +277,7 @@ class _Connection(asyncio.Protocol):
 
     def _wake(self) -> None:
         if self.on_arrival is not None:
+            self._parse_pending = False         # the push parses whatever is buffered
             self.on_arrival()
             return
         waiter = self.waiter
@@ -702,6 +740,7 @@ class HTTPTransport:
         self._slots = asyncio.Semaphore(max_connections)
         self._open: set[_Connection] = set()
         self._closed = False
+        self._arrivals: _Arrivals | None = None     # of the loop the connections run on
         self.connections_opened = 0
 
     def request_head(self, method: str, path: str, headers: dict[str, str]) -> bytes:
@@ -718,6 +757,9 @@ class HTTPTransport:
         if self._proxy_error is not None:
             raise TransportError("connection", self._proxy_error, before_response=True)
         loop = asyncio.get_running_loop()
+        if self._arrivals is None or self._arrivals.loop is not loop:
+            self._arrivals = _Arrivals(loop)
+        arrivals = self._arrivals
         budget = min(self.timeouts.connect, max((deadline_ns - perf_counter_ns()) / 1e9, 0.001))
         origin = self.origin
         proxy = self.proxy
@@ -728,7 +770,7 @@ class HTTPTransport:
         try:
             async with asyncio.timeout(budget):
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(loop), hop.host, hop.port, ssl=direct_tls,
+                    lambda: _Connection(loop, arrivals), hop.host, hop.port, ssl=direct_tls,
                     server_hostname=origin.host if direct_tls else None)
                 if proxy is not None:
                     conn.proxy_connect_ns = perf_counter_ns() - t0
