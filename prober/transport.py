@@ -7,8 +7,8 @@ straight out of one receive buffer stays within milliseconds where httpx adds se
 What it does, and no more: one origin per `HTTPTransport`; requests written in one piece;
 responses framed by Content-Length, chunked transfer coding or connection close; a LIFO keep-alive
 pool bounded by `max_connections` (in-flight requests wait for a slot, the wait is reported);
-connect, read (idle) and total timeouts; arrival timestamps taken in `data_received`, so that a
-busy consumer does not shift them.
+connect, read (idle) and total timeouts; arrival timestamps taken in `data_received`, before any
+parsing, so that neither a busy consumer nor other streams' parsing shifts them.
 
 Connection reuse rules (llama-server closes a keep-alive connection after a streamed response
 without saying so): a connection goes back to the pool only if its response was read to the end,
@@ -197,8 +197,9 @@ class _Connection(asyncio.Protocol):
         self.eof = False
         self.error: TransportError | None = None
         self.waiter: asyncio.Future[None] | None = None
-        # While a response is pushed (Response.stream), called for every arrival instead of waking
-        # a waiting task: the body is consumed inside data_received, with no task switch per chunk.
+        # While a response is pushed (Response.stream), called for every arrival (a few at a time,
+        # by _Arrivals, after the arrival is stamped) instead of waking a waiting task: no task
+        # switch per chunk.
         self.on_arrival: Callable[[], None] | None = None
         self.connect_ns: int | None = None     # time the connect (and TLS handshake) took
         self.proxy_connect_ns: int | None = None   # of which: the TCP connect to the proxy
@@ -621,8 +622,9 @@ class Response:
             await conn.wait()
 
     async def stream(self, on_data: Callable[[bytes, int], bool]) -> None:
-        """Push the body to `on_data(data, arrival_ns)` as it arrives, from inside the protocol's
-        data_received: the cheapest way to consume a long stream (no task wake-up per chunk).
+        """Push the body to `on_data(data, arrival_ns)` as it arrives, from a callback of the loop
+        (_Arrivals) rather than a task: the cheapest way to consume a long stream (no task wake-up
+        per chunk).
         `on_data` returns True to stop (its terminal event came); the rest of the body is then
         left for `drain()`. Returns when stopped or at the end of the body; raises TransportError,
         or whatever `on_data` raised."""
