@@ -50,12 +50,7 @@ from prober.alerting.slo import format_value
 from prober.core import stats
 from prober.core.config import DriftConfig
 from prober.core.gc_pause import collector_paused
-from prober.core.metric_rows import (
-    is_proportion,  # noqa: F401  (what a share is; tests name it here)
-    judgeable_value,
-    may_be_share,
-    whole_share,
-)
+from prober.core.metric_rows import judgeable_value, may_be_share, whole_share
 from prober.core.probe_registry import metric_family, pooled_labels, probe_class
 from prober.core.records import completed_targets, labels_key
 

@@ -19,13 +19,13 @@ from prober.alerting.drift import (
     baseline_resets,
     decide,
     drift_for_run,
-    is_proportion,
     night_test,
     run_values,
     target_tests,
 )
 from prober.core import stats
 from prober.core.config import DriftConfig, ProberConfig
+from prober.core.metric_rows import is_proportion
 from store import Store
 from tests.support.history import add_run, share
 
