@@ -177,12 +177,14 @@ class _Arrivals:
 
     def _parse_some(self) -> None:
         waiting = self._waiting
-        for _ in range(min(self.BATCH, len(waiting))):
-            waiting.popleft()._parse_arrival()
-        if waiting:
-            self.loop.call_soon(self._parse_some)     # after the reads of the loop's next turn
-        else:
-            self._scheduled = False
+        try:
+            for _ in range(min(self.BATCH, len(waiting))):
+                waiting.popleft()._parse_arrival()
+        finally:            # whatever one parse raised, the streams behind it are still parsed
+            if waiting:
+                self.loop.call_soon(self._parse_some)     # after the reads of the loop's next turn
+            else:
+                self._scheduled = False
 
 
 class _Connection(asyncio.Protocol):
@@ -205,7 +207,7 @@ class _Connection(asyncio.Protocol):
         self.proxy_connect_ns: int | None = None   # of which: the TCP connect to the proxy
         self.tunnel_ns: int | None = None          # of which: CONNECT until the proxy said 200
         self._reading_paused = False
-        self._parse_pending = False            # an arrival's parse is scheduled (data_received)
+        self._parse_pending = False            # bytes stamped, waiting in _Arrivals to be parsed
         self._write_waiter: asyncio.Future[None] | None = None
         self._writing_paused = False
         self._timer: asyncio.TimerHandle | None = None
