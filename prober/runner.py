@@ -21,7 +21,6 @@ import itertools
 import os
 import signal
 import socket
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +32,7 @@ from prober.budget import BudgetExhausted, RunBudget
 from prober.core import stats
 from prober.core.config import ProberConfig, TargetConfig
 from prober.core.errors import ConfigError
-from prober.core.records import Metric, Run, labels_key, utcnow
+from prober.core.records import Metric, Run, labels_key, new_run_id, utcnow
 from prober.core.redact import register_config
 from prober.lease import RunLease, lease_until
 from prober.looplag import LoopLagMonitor
@@ -131,7 +130,7 @@ class Runner:
     async def _main(self, store: Store, suite: Suite, targets: list[TargetConfig],
                     keys: dict[str, str | None]) -> RunResult:
         host = socket.gethostname()
-        run = Run(id=uuid.uuid4().hex[:12], suite=suite.name, started_at=utcnow(),
+        run = Run(id=new_run_id(), suite=suite.name, started_at=utcnow(),
                   prober_version=prober.__version__, config_hash=self.config.hash(),
                   host=host, pid=os.getpid(), targets=[t.name for t in targets],
                   lease_expires_at=lease_until(self.config.runner.lease_seconds),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
@@ -229,6 +230,20 @@ def completed_targets(run: dict[str, Any]) -> list[str]:
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+def new_run_id() -> str:
+    """Twelve hex digits that no CSV reader takes for a number.
+
+    About 0.8% of random hex ids are all digits ("604213889517") or digits around one `e`
+    ("6157350e3333", which pandas and spreadsheets read as infinity), so an exported run id would
+    come back as a number; such draws are discarded."""
+    while True:
+        run_id = uuid.uuid4().hex[:12]
+        try:
+            float(run_id)
+        except ValueError:
+            return run_id
 
 
 class SampleRow(TypedDict, total=False):
