@@ -214,16 +214,41 @@ class TargetSession:
                     cap.release()
 
         tasks: list[asyncio.Task[None]] = []
-        start = time.perf_counter_ns()
+        loop = asyncio.get_running_loop()
+        order = sorted(range(count), key=lambda i: offsets_s[i])
+        launched = 0
+        all_launched: asyncio.Future[None] = loop.create_future()
+        timer: asyncio.TimerHandle | None = None
+
+        def launch_due() -> None:
+            # A loop timer starts each request's task itself, and starts every other request
+            # already due with it: the request is written in that task's first step, one turn of
+            # the loop after the timer (a sleeping loop that created the task would add a turn,
+            # and at a few hundred requests a second a turn can be milliseconds).
+            nonlocal launched, timer
+            # (The loop runs a timer up to its clock's resolution early: a microsecond's slack
+            # keeps that from rescheduling the same request for another turn.)
+            now = loop.time() + 1e-6
+            while launched < count and start_s + offsets_s[order[launched]] <= now:
+                i = order[launched]
+                tasks.append(loop.create_task(one(i, start + round(offsets_s[i] * 1e9))))
+                launched += 1
+            if launched < count:
+                timer = loop.call_at(start_s + offsets_s[order[launched]], launch_due)
+            elif not all_launched.done():
+                all_launched.set_result(None)
+
+        # One clock: loop.time() is time.monotonic(), the clock perf_counter_ns also reads on
+        # Linux; both anchors are taken together so a due time means the same in each.
+        start, start_s = time.perf_counter_ns(), loop.time()
         with self.progress_task(title, count):
             try:
-                for i in sorted(range(count), key=lambda i: offsets_s[i]):
-                    due_ns = start + round(offsets_s[i] * 1e9)
-                    if (delay_ns := due_ns - time.perf_counter_ns()) > 0:
-                        await asyncio.sleep(delay_ns / 1e9)
-                    tasks.append(asyncio.create_task(one(i, due_ns)))
+                launch_due()
+                await all_launched
                 await asyncio.gather(*tasks)
             finally:
+                if timer is not None:
+                    timer.cancel()
                 for task in tasks:
                     task.cancel()
         self.windows.append(LoopWindow(labels=labels, start_ns=start, end_ns=time.perf_counter_ns()))

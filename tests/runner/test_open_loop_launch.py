@@ -1,0 +1,103 @@
+"""`TargetSession.open_loop` launches each request from a loop timer at its due time: never early,
+each exactly once, in schedule order, and nothing more once the loop is cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+import pytest
+from rich.console import Console
+
+from prober.budget import RunBudget
+from prober.core.config import Budget, RunnerConfig, TargetConfig
+from prober.core.records import ChatRequest, Exchange, utcnow
+from prober.progress import RunProgress
+from prober.session import TargetGate, TargetSession
+from prober.targets.base import TargetAdapter
+
+pytestmark = pytest.mark.unit
+
+TARGET = TargetConfig(protocol="openai", base_url="http://unused.invalid", model="m", name="t")
+
+
+class _StampingAdapter(TargetAdapter):
+    """No wire: notes when each request would have been written, then answers after `hold_s`."""
+
+    protocol = "openai"
+
+    def __init__(self, hold_s: float) -> None:
+        super().__init__(TARGET, TARGET.base_url or "", None)
+        self.hold_s = hold_s
+        self.sent: list[tuple[int, int]] = []      # (request index, perf_counter_ns at the write)
+
+    async def send(self, request, attempt=1, before_resend=None):
+        start_ns = time.perf_counter_ns()
+        self.sent.append((request.stored_extra["index"], start_ns))
+        await asyncio.sleep(self.hold_s)
+        return Exchange(protocol="openai", url="http://unused.invalid", request_body={}, request_headers={},
+                        started_at=utcnow(), start_ns=start_ns, status=200, end_ns=time.perf_counter_ns())
+
+    async def aclose(self):
+        pass
+
+
+def _session(adapter: TargetAdapter) -> TargetSession:
+    writer = type("Discard", (), {"put": lambda self, sample: None})()
+    return TargetSession(run_id="r", target=TARGET, adapter=adapter, gate=TargetGate.for_target(TARGET),
+                         probe_name="p", budget=RunBudget(Budget()), writer=writer, settings=RunnerConfig(),
+                         progress=RunProgress(Console(), enabled=False), request_counter=itertools.count())
+
+
+def _request(i: int) -> ChatRequest:
+    return ChatRequest(messages=[{"role": "user", "content": "x"}], stored_extra={"index": i})
+
+
+def test_each_request_starts_once_in_schedule_order_and_never_before_it_is_due():
+    # Out of order on purpose, with ties and a burst of requests due at the same moment.
+    offsets = [0.030, 0.0, 0.010, 0.010, 0.050, 0.020, 0.020, 0.020, 0.0005, 0.045]
+    adapter = _StampingAdapter(hold_s=0.02)
+
+    async def main():
+        session = _session(adapter)
+        t0 = time.perf_counter_ns()
+        exchanges = await session.open_loop(offsets_s=offsets, make_request=_request, max_concurrency=None,
+                                            case="c", labels={}, title="t")
+        return t0, exchanges
+
+    t0, exchanges = asyncio.run(main())
+    assert len(exchanges) == len(offsets)
+    sent = dict(adapter.sent)
+    assert sorted(sent) == list(range(len(offsets)))              # each exactly once
+    by_time = [i for i, _ in sorted(adapter.sent, key=lambda item: item[1])]
+    assert [offsets[i] for i in by_time] == sorted(offsets)       # in the schedule's order
+    for i, start_ns in sent.items():
+        # open_loop anchors its schedule after t0, so due >= t0 + offset: a start before that is early.
+        assert start_ns >= t0 + round(offsets[i] * 1e9) - 1_000, (i, (start_ns - t0) / 1e6)
+    assert all(ex.extra["send_lag_ms"] >= -0.001 for ex in exchanges)
+
+
+def test_a_cancelled_open_loop_starts_nothing_more():
+    offsets = [0.0, 0.01, 0.2, 0.3, 0.4]
+    adapter = _StampingAdapter(hold_s=0.0)
+
+    async def main():
+        task = asyncio.create_task(_session(adapter).open_loop(
+            offsets_s=offsets, make_request=_request, max_concurrency=None, case="c", labels={}, title="t"))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.45)          # past the end of the schedule
+
+    asyncio.run(main())
+    assert sorted(i for i, _ in adapter.sent) == [0, 1]
+
+
+def test_an_empty_schedule_returns_at_once():
+    async def main():
+        return await _session(_StampingAdapter(0.0)).open_loop(
+            offsets_s=[], make_request=_request, max_concurrency=None, case="c", labels={}, title="t")
+
+    assert asyncio.run(main()) == []
