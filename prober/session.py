@@ -58,6 +58,45 @@ class TargetGate:
         return cls(asyncio.Semaphore(target.max_concurrency), throttler)
 
 
+class _TimedLauncher:
+    """Starts an open loop's requests from loop timers: each timer starts the request it was set
+    for and every other one already due, so a request is written in its task's first step, one
+    loop turn after its due time (a sleeping coroutine that created the task would add a turn, and
+    at a few hundred requests a second a turn can take milliseconds).
+
+    No reference cycle outlives it (its pending timer is its only link back to itself), so the
+    level's tasks and exchanges are freed as soon as they are dropped, not by a collection that
+    stops the loop (a level of 3,200 requests left 55k objects to one: 60-80 ms)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, due: list[tuple[float, int]],
+                 launch: Callable[[int], None]) -> None:
+        self._loop = loop
+        self._due = due                   # (loop time, request index), in time order
+        self._launch = launch
+        self._next = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self.all_launched: asyncio.Future[None] = loop.create_future()
+
+    def fire(self) -> None:
+        # The loop runs a timer up to its clock's resolution early: a microsecond's slack keeps
+        # that from putting the same request off for another turn.
+        self._timer = None
+        now = self._loop.time() + 1e-6
+        due = self._due
+        while self._next < len(due) and due[self._next][0] <= now:
+            self._launch(due[self._next][1])
+            self._next += 1
+        if self._next < len(due):
+            self._timer = self._loop.call_at(due[self._next][0], self.fire)
+        elif not self.all_launched.done():
+            self.all_launched.set_result(None)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
 @dataclass
 class TargetSession:
     run_id: str
@@ -215,40 +254,21 @@ class TargetSession:
 
         tasks: list[asyncio.Task[None]] = []
         loop = asyncio.get_running_loop()
-        order = sorted(range(count), key=lambda i: offsets_s[i])
-        launched = 0
-        all_launched: asyncio.Future[None] = loop.create_future()
-        timer: asyncio.TimerHandle | None = None
-
-        def launch_due() -> None:
-            # A loop timer starts each request's task itself, and starts every other request
-            # already due with it: the request is written in that task's first step, one turn of
-            # the loop after the timer (a sleeping loop that created the task would add a turn,
-            # and at a few hundred requests a second a turn can be milliseconds).
-            nonlocal launched, timer
-            # (The loop runs a timer up to its clock's resolution early: a microsecond's slack
-            # keeps that from rescheduling the same request for another turn.)
-            now = loop.time() + 1e-6
-            while launched < count and start_s + offsets_s[order[launched]] <= now:
-                i = order[launched]
-                tasks.append(loop.create_task(one(i, start + round(offsets_s[i] * 1e9))))
-                launched += 1
-            if launched < count:
-                timer = loop.call_at(start_s + offsets_s[order[launched]], launch_due)
-            elif not all_launched.done():
-                all_launched.set_result(None)
-
         # One clock: loop.time() is time.monotonic(), the clock perf_counter_ns also reads on
         # Linux; both anchors are taken together so a due time means the same in each.
         start, start_s = time.perf_counter_ns(), loop.time()
+
+        def launch(i: int) -> None:
+            tasks.append(loop.create_task(one(i, start + round(offsets_s[i] * 1e9))))
+
+        launcher = _TimedLauncher(loop, sorted((start_s + offset, i) for i, offset in enumerate(offsets_s)), launch)
         with self.progress_task(title, count):
             try:
-                launch_due()
-                await all_launched
+                launcher.fire()
+                await launcher.all_launched
                 await asyncio.gather(*tasks)
             finally:
-                if timer is not None:
-                    timer.cancel()
+                launcher.cancel()
                 for task in tasks:
                     task.cancel()
         self.windows.append(LoopWindow(labels=labels, start_ns=start, end_ns=time.perf_counter_ns()))

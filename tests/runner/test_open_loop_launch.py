@@ -4,8 +4,10 @@ each exactly once, in schedule order, and nothing more once the loop is cancelle
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import time
+import weakref
 
 import pytest
 from rich.console import Console
@@ -101,3 +103,22 @@ def test_an_empty_schedule_returns_at_once():
             offsets_s=[], make_request=_request, max_concurrency=None, case="c", labels={}, title="t")
 
     assert asyncio.run(main()) == []
+
+
+def test_the_levels_exchanges_are_freed_without_the_garbage_collector():
+    # A reference cycle around the level (the launcher's closure once held one) leaves every task
+    # and exchange for a collection, which stops the event loop for tens of ms at some later turn.
+    offsets = [i * 0.001 for i in range(20)]
+
+    async def main():
+        exchanges = await _session(_StampingAdapter(hold_s=0.0)).open_loop(
+            offsets_s=offsets, make_request=_request, max_concurrency=None, case="c", labels={}, title="t")
+        return [weakref.ref(exchange) for exchange in exchanges]
+
+    gc.disable()
+    try:
+        refs = asyncio.run(main())
+        assert len(refs) == len(offsets)
+        assert [ref() for ref in refs] == [None] * len(offsets)
+    finally:
+        gc.enable()
