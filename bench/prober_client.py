@@ -30,8 +30,8 @@ from prober.budget import RunBudget
 from prober.core.config import RunnerConfig, TargetConfig
 from prober.core.records import Exchange, Run, utcnow
 from prober.looplag import LoopLagMonitor
+from prober.measuring_gc import quiet_garbage_collector
 from prober.progress import RunProgress
-from prober.runner import quiet_garbage_collector
 from prober.sample_writer import SampleWriterProcess
 from prober.session import TargetGate, TargetSession
 from prober.targets import make_adapter

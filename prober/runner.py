@@ -16,12 +16,10 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
-import gc
 import itertools
 import os
 import signal
 import socket
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +34,7 @@ from prober.core.records import Metric, Run, labels_key, new_run_id, utcnow
 from prober.core.redact import register_config
 from prober.lease import RunLease, lease_until
 from prober.looplag import LoopLagMonitor
+from prober.measuring_gc import quiet_garbage_collector
 from prober.progress import RunProgress
 from prober.provenance import entry_records, target_config_hash
 from prober.sample_writer import SampleStorageError, SampleWriterProcess
@@ -83,25 +82,6 @@ def prepare(config: ProberConfig, suite_name: str, target_names: list[str] | Non
     config.run_site(socket.gethostname())   # so is a bad PROBER_SITE
     register_config(config)            # every secret it names is masked in what the run stores or prints
     return suite, targets, keys
-
-
-@contextlib.contextmanager
-def quiet_garbage_collector() -> Iterator[None]:
-    """Keep full collections from pausing the client mid-measurement.
-
-    A full collection walks every object left from start-up (about 100k) and paused the event loop
-    for 60-90 ms in the benchmark, landing on whichever first tokens were due. Requests leave no
-    reference cycles worth collecting, so: freeze what exists, collect rarely, restore afterwards.
-    """
-    thresholds = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 1000)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
 
 
 class Runner:

@@ -1,0 +1,55 @@
+"""The cyclic garbage collector while a run measures: small young collections, no full ones.
+
+A collection stops the event loop, and whichever first tokens or due sends fall in it are late by
+its length. Python's own thresholds let survivors pile up: a full collection walks every object
+left from start-up (about 100k; 60-90 ms in bench/ttft_overhead.py), and with a high first
+threshold one young collection walked the 80k objects a 3,200-request open-loop level keeps
+(its tasks and exchanges): 55-70 ms, the worst send lags of bench/open_loop.py at 800/s.
+
+So: collect and freeze what exists at the start; then after every collection freeze what survived
+it, so that the next one walks only what was allocated since (at most `YOUNG_THRESHOLD` objects,
+a few ms at most). Requests leave no reference cycles (tests/runner/test_open_loop_launch.py checks
+that a level's exchanges are freed by reference counting), and frozen objects are still freed by
+reference counting. What waits is a cycle that forms among frozen objects (a closed connection's
+transport leaves a few): it is collected when the block ends. After `MAX_FREEZES` collections
+(`YOUNG_THRESHOLD` x `MAX_FREEZES` survivors, far beyond a nightly run) the block stops freezing
+and falls back to rare collections, so a very long run cannot hold such cycles without bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+YOUNG_THRESHOLD = 1_000
+MAX_FREEZES = 5_000
+# Once MAX_FREEZES is reached: rare collections (each young one walks up to 100k objects).
+_FALLBACK_THRESHOLDS = (100_000, 50, 1000)
+
+
+@contextlib.contextmanager
+def quiet_garbage_collector() -> Iterator[None]:
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    freezes = 0
+
+    def freeze_survivors(phase: str, info: dict[str, Any]) -> None:
+        nonlocal freezes
+        if phase != "stop" or freezes >= MAX_FREEZES:
+            return
+        freezes += 1
+        gc.freeze()
+        if freezes == MAX_FREEZES:
+            gc.set_threshold(*_FALLBACK_THRESHOLDS)
+
+    gc.set_threshold(YOUNG_THRESHOLD, 10, 10)
+    gc.callbacks.append(freeze_survivors)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(freeze_survivors)
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
