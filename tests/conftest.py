@@ -2,7 +2,7 @@
 imported here so that every test module can use them by name.
 
 Every test carries exactly one tier marker (registered in pyproject.toml):
-  unit      no sockets at all, loopback included (enforced below)
+  unit      no network sockets, loopback included (enforced below)
   emulator  talks to the in-repo emulator or other servers the test starts in Python
   real      talks to a llama-server from the shared cache
   infra     needs a system service: PostgreSQL, Alertmanager, Chromium, the forward proxy
@@ -17,12 +17,31 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import writer_fork_server
 from tests.support.alertmanager import alertmanager_url  # noqa: F401
 from tests.support.llama import llama_servers  # noqa: F401
 from tests.support.postgres import postgres_url  # noqa: F401
 from tests.support.timing import retry_summary_lines, take_retries
 
 TIERS = ("unit", "emulator", "real", "infra")
+
+
+def _runs_tests(config: pytest.Config) -> bool:
+    """False in pytest-xdist's controller, which only hands tests to its workers."""
+    return hasattr(config, "workerinput") or getattr(config.option, "dist", "no") == "no"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The sample writers this process starts (a Runner in a test) come from one fork server with
+    the SDK types preloaded, started now, from the environment before any test changed it
+    (tests/support/writer_fork_server.py)."""
+    if _runs_tests(session.config):
+        writer_fork_server.start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _runs_tests(session.config):
+        writer_fork_server.stop()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -71,10 +90,12 @@ NO_SOCKETS_SITE = Path(__file__).parent / "support" / "no_sockets"
 @pytest.fixture(autouse=True)
 def _unit_tests_open_no_sockets(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
                                 tmp_path_factory: pytest.TempPathFactory):
-    """A `unit` test that connects or binds a socket (loopback too) fails, so the marker cannot lie;
-    so do Python child processes it starts (a `prober run` against the emulator, say), through
-    tests/support/no_sockets/sitecustomize.py. Every attempt is also remembered and failed on
-    teardown, in case the code under test swallows the error."""
+    """A `unit` test that connects or binds a network socket (loopback too) fails, so the marker
+    cannot lie; so do Python child processes it starts (a `prober run` against the emulator, say),
+    through tests/support/no_sockets/sitecustomize.py. Every attempt is also remembered and failed
+    on teardown, in case the code under test swallows the error. A Unix-domain socket is allowed:
+    it reaches no network, only another process on this machine, as a pipe does (multiprocessing's
+    fork server, which starts the sample writer, takes requests on one)."""
     if request.node.get_closest_marker("unit") is None:
         yield
         return
@@ -85,7 +106,11 @@ def _unit_tests_open_no_sockets(request: pytest.FixtureRequest, monkeypatch: pyt
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, python_path)))
 
     def refuse(operation: str):
+        allowed = getattr(socket.socket, operation)
+
         def refused(sock: socket.socket, address, *args, **kwargs):
+            if sock.family == socket.AF_UNIX:
+                return allowed(sock, address, *args, **kwargs)
             attempts.append(f"{operation} {address!r}")
             raise UnitTestOpenedSocket(f"a unit test may not {operation} a socket ({address!r}): "
                                        "mark it `emulator`, `real` or `infra`")

@@ -5,7 +5,8 @@ typer, rich, pydantic, numpy, scipy, jinja2: about 0.6 s of CPU), several hundre
 `make test-fast`. This process imports those once and forks a child for each command, which is
 still a process of its own: its own working directory, environment, standard streams, exit code
 and signals, and the project's modules imported fresh after the environment is set (module-level
-code that reads the environment sees the test's). It imports nothing of the project itself.
+code that reads the environment sees the test's). It imports nothing of the project itself. Its
+children start their sample writers from its fork server (tests/support/writer_fork_server.py).
 
 Protocol, one JSON line each way on stdin/stdout: {"args", "cwd", "env", "timeout"} in;
 {"returncode", "stdout", "stderr", "timeout"} out (a server left running: see serve). The child
@@ -22,6 +23,8 @@ import sys
 import tempfile
 import time
 import traceback
+
+from tests.support import writer_fork_server
 
 # Third-party and standard-library modules only: the project's are imported in each child, after its
 # environment is set. The list is what a `prober run` and a `prober report` import beyond the
@@ -40,6 +43,7 @@ def _child(args: list[str], cwd: str, env: dict[str, str], out_path: str, err_pa
 
     code = 1
     try:
+        writer_fork_server.share_with_forked_children()
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
@@ -123,6 +127,7 @@ def serve() -> None:
     "timeout"} for a background command's exit code (None while it runs), as Popen.wait does."""
     for name in PRELOADED:
         __import__(name)
+    writer_fork_server.start()
     for line in sys.stdin:
         request = json.loads(line)
         if "wait" in request:
@@ -133,3 +138,4 @@ def serve() -> None:
             reply = _run(request)
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
+    writer_fork_server.stop()
