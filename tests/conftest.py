@@ -26,22 +26,20 @@ from tests.support.timing import retry_summary_lines, take_retries
 TIERS = ("unit", "emulator", "real", "infra")
 
 
-def _runs_tests(config: pytest.Config) -> bool:
-    """False in pytest-xdist's controller, which only hands tests to its workers."""
-    return hasattr(config, "workerinput") or getattr(config.option, "dist", "no") == "no"
-
-
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist starts its workers, which then share it
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """The sample writers this process starts (a Runner in a test) come from one fork server with
-    the SDK types preloaded, started now, from the environment before any test changed it
+    """Every sample writer of the session comes from one fork server with the SDK types preloaded,
+    started by the session's first process from the environment before any test changed it
     (tests/support/writer_fork_server.py)."""
-    if _runs_tests(session.config):
-        writer_fork_server.start()
+    writer_fork_server.start_or_share()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    writer_fork_server.wait_until_ready()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if _runs_tests(session.config):
-        writer_fork_server.stop()
+    writer_fork_server.stop()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -6,7 +6,8 @@ typer, rich, pydantic, numpy, scipy, jinja2: about 0.6 s of CPU), several hundre
 still a process of its own: its own working directory, environment, standard streams, exit code
 and signals, and the project's modules imported fresh after the environment is set (module-level
 code that reads the environment sees the test's). It imports nothing of the project itself. Its
-children start their sample writers from its fork server (tests/support/writer_fork_server.py).
+children start their sample writers from the test session's fork server
+(tests/support/writer_fork_server.py).
 
 Protocol, one JSON line each way on stdin/stdout: {"args", "cwd", "env", "timeout"} in;
 {"returncode", "stdout", "stderr", "timeout"} out (a server left running: see serve). The child
@@ -43,7 +44,6 @@ def _child(args: list[str], cwd: str, env: dict[str, str], out_path: str, err_pa
 
     code = 1
     try:
-        writer_fork_server.share_with_forked_children()
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
@@ -127,7 +127,8 @@ def serve() -> None:
     "timeout"} for a background command's exit code (None while it runs), as Popen.wait does."""
     for name in PRELOADED:
         __import__(name)
-    writer_fork_server.start()
+    if writer_fork_server.ENV in os.environ:
+        writer_fork_server.share(os.environ[writer_fork_server.ENV])
     for line in sys.stdin:
         request = json.loads(line)
         if "wait" in request:
@@ -138,4 +139,3 @@ def serve() -> None:
             reply = _run(request)
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
-    writer_fork_server.stop()
