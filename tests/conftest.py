@@ -11,7 +11,9 @@ Every test carries exactly one tier marker (registered in pyproject.toml):
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -44,17 +46,35 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test without a tier (or with two) would silently fall out of `make test-fast` or run in
-    the wrong one: refuse to run until each test says which it is."""
+    the wrong one: refuse to run until each test says which it is. So would a timing test whose
+    file does not name the mark (TIMING_MARK)."""
     wrong = []
+    hidden = []
     for item in items:
         tiers = sorted({marker.name for marker in item.iter_markers() if marker.name in TIERS})
         if len(tiers) != 1:
             wrong.append(f"  {item.nodeid}: {', '.join(tiers) or 'no tier marker'}")
+        if item.get_closest_marker("timing") is not None and not _names_timing(item.path):
+            hidden.append(f"  {item.nodeid}")
     _shared_fixture_users_first(items)
     if wrong:
         raise pytest.UsageError(
             f"every test needs exactly one tier marker of {', '.join(TIERS)} (see tests/conftest.py); "
             f"{len(wrong)} do not:\n" + "\n".join(wrong))
+    if hidden:
+        raise pytest.UsageError(
+            "a timing test's file must name timing_sensitive or pytest.mark.timing, or `make test-fast` "
+            f"misses it (the Makefile's TIMING_FILES); {len(hidden)} do not:\n" + "\n".join(hidden))
+
+
+# What the Makefile's TIMING_FILES looks for: `make test-fast` runs the timing tests from the files
+# that hold it, so a timing test marked elsewhere (a conftest, say) would run in neither of its runs.
+TIMING_MARK = re.compile(r"timing_sensitive|mark\.timing")
+
+
+@functools.cache
+def _names_timing(path: Path) -> bool:
+    return TIMING_MARK.search(path.read_text(encoding="utf-8")) is not None
 
 
 def _shared_fixture_users_first(items: list[pytest.Item]) -> None:
