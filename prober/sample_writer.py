@@ -39,7 +39,7 @@ WRITER_MODULES = ("prober.sample_writer", "store", "prober.targets.conformance")
 _CONTEXT.set_forkserver_preload(list(WRITER_MODULES))
 
 
-def _start_fork_server() -> None:
+def start_fork_server() -> None:
     """Start this process's fork server if it is not running, with SIGTERM blocked: the blocked
     mask survives fork and exec, so the server outlives the SIGTERM that systemd and `timeout`
     send the whole process group. The writer's exit status reaches us through the server; a writer
@@ -61,7 +61,7 @@ class SampleStorageError(Exception):
 class SampleWriterProcess:
     def __init__(self, store_url: str, max_output_chars: int | None = 65536, conformance: bool = True,
                  start_timeout: float = 120.0) -> None:
-        _start_fork_server()
+        start_fork_server()
         self._inbox = _CONTEXT.Queue()
         self._replies = _CONTEXT.Queue()
         self._tokens = itertools.count()

@@ -48,19 +48,17 @@ _started_here = False
 
 
 def start_or_share() -> None:
-    """Share the session's server if ENV names one, else start it (its preload runs in the
-    background from here) with SIGTERM blocked as prober/sample_writer.py starts it, and name it."""
+    """Share the session's server if ENV names one, else start it as prober/sample_writer.py does
+    (its preload runs in the background from here) and name it."""
     global _started_here
     if ENV in os.environ:
         share(os.environ[ENV])
         return
+    # Imported here, not above: the zygote imports this module, and none of the project.
+    from prober.sample_writer import start_fork_server
+
     multiprocessing.set_forkserver_preload(list(PRELOAD))
-    resource_tracker.ensure_running()       # starting it unblocks SIGTERM
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    try:
-        multiprocessing.forkserver.ensure_running()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    start_fork_server()
     os.environ[ENV] = _server._forkserver_address
     _started_here = True
 
