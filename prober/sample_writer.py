@@ -8,6 +8,12 @@ Why a process and not a thread: conformance checking and the SQL writer cost abo
 request as the whole client path. In a thread they share the event loop's GIL, and at a few hundred
 concurrent streams the loop then lags by 100-300 ms, which inflates every TTFT it measures
 (bench/ttft_overhead.py shows both layouts). A process puts that work on the other core.
+
+Why a fork server: the writer starts from multiprocessing's fork server, a clean single-threaded
+interpreter started once per process, which imports what every writer needs (WRITER_MODULES) and
+forks a writer from there; the event loop's process, which runs threads, is never forked. A
+`prober run` pays the same interpreter and imports as a spawned child would, once; a process that
+starts many writers (the test suite, with the SDK types preloaded too) pays them once in all.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import asyncio
 import contextlib
 import itertools
 import multiprocessing
+import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import os
 import pickle
 import queue
@@ -25,10 +33,29 @@ from typing import Any
 from prober.core.records import Sample
 from prober.core.redact import active_secrets, register
 
-_CONTEXT = multiprocessing.get_context("spawn")   # never fork a process that runs threads
+_CONTEXT = multiprocessing.get_context("forkserver")   # never fork a process that runs threads
 _POLL_SECONDS = 0.5
 # How much lower the writer's CPU priority is than the run's (see _writer_main).
 WRITER_NICENESS = 10
+# What every writer imports, imported once in the fork server. The SDK types are not here: a writer
+# imports those when its protocol's first sample arrives (see _writer_main).
+WRITER_MODULES = ("prober.sample_writer", "store", "prober.targets.conformance")
+_CONTEXT.set_forkserver_preload(list(WRITER_MODULES))
+
+
+def start_fork_server() -> None:
+    """Start this process's fork server if it is not running, with SIGTERM blocked: the blocked
+    mask survives fork and exec, so the server outlives the SIGTERM that systemd and `timeout`
+    send the whole process group. The writer's exit status reaches us through the server; a writer
+    whose server died would look dead (exit code 255) while it still stores the run's last samples.
+    The server ends by itself once every process it served has (multiprocessing's alive pipe).
+    The resource tracker goes first: starting it unblocks SIGTERM (it ignores SIGTERM itself)."""
+    multiprocessing.resource_tracker.ensure_running()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 class SampleStorageError(Exception):
@@ -38,6 +65,7 @@ class SampleStorageError(Exception):
 class SampleWriterProcess:
     def __init__(self, store_url: str, max_output_chars: int | None = 65536, conformance: bool = True,
                  start_timeout: float = 120.0) -> None:
+        start_fork_server()
         self._inbox = _CONTEXT.Queue()
         self._replies = _CONTEXT.Queue()
         self._tokens = itertools.count()
@@ -47,8 +75,7 @@ class SampleWriterProcess:
         self.count = 0
         self._process = _CONTEXT.Process(
             target=_writer_main, name="prober-sample-writer", daemon=True,
-            args=(store_url, max_output_chars, conformance, self._inbox, self._replies, os.getpid(),
-                  active_secrets()))
+            args=(store_url, max_output_chars, conformance, self._inbox, self._replies, active_secrets()))
         self._process.start()
         self._await_reply("ready", start_timeout)
 
@@ -125,15 +152,18 @@ class SampleWriterProcess:
 
 
 def _writer_main(store_url: str, max_output_chars: int | None, conformance: bool,
-                 inbox: multiprocessing.Queue[Any], replies: multiprocessing.Queue[Any], parent_pid: int,
+                 inbox: multiprocessing.Queue[Any], replies: multiprocessing.Queue[Any],
                  secrets: tuple[str, ...]) -> None:
     # Ctrl-C, `timeout` and systemd signal the whole process group; the parent decides when the
     # run stops, and then closes the writer, which still has samples to write. Should the parent
-    # die instead, the loop below notices and stops after storing what arrived.
+    # die instead, the loop below notices and stops after storing what arrived. (Our parent is the
+    # process that asked for the writer, not the fork server that forked it.)
+    parent = multiprocessing.parent_process()
+    assert parent is not None
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    # A spawned child starts with an empty redactor: the parent's secrets come with the arguments
-    # (through the spawn pipe, never the command line), before the first row is built.
+    # The fork server's redactor is empty: the parent's secrets come with the arguments (through
+    # the server's pipe, never a command line), before the first row is built.
     register(secrets)
     # The writer only stores. When the machine has no core to spare (the bench's 512 streams, a
     # model server on the same box), the kernel should run the event loop first, which stamps
@@ -174,7 +204,7 @@ def _writer_main(store_url: str, max_output_chars: int | None, conformance: bool
             try:
                 item = inbox.get(timeout=_POLL_SECONDS)
             except queue.Empty:
-                if os.getppid() != parent_pid:
+                if not parent.is_alive():
                     break   # the run was killed: keep what arrived, then stop
                 continue
             if isinstance(item, list):

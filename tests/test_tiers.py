@@ -57,6 +57,25 @@ def test_a_test_without_exactly_one_tier_is_refused_at_collection(child):
     assert "test_fine" not in result.stderr.str()
 
 
+def test_a_timing_test_whose_file_does_not_name_the_mark_is_refused_at_collection(child):
+    # `make test-fast` runs the timing tests from the files that name the mark (TIMING_FILES);
+    # this one is marked through a name that does not say so, and would run in neither run.
+    child.makepyfile(test_some="""
+        import pytest
+
+        SLOW = getattr(pytest.mark, "tim" + "ing")
+
+        @pytest.mark.emulator
+        @SLOW
+        def test_hidden():
+            pass
+    """)
+    result = child.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*a timing test's file must name timing_sensitive*1 do not*",
+                                 "*test_some.py::test_hidden"])
+
+
 def test_an_unregistered_marker_is_an_error(child):
     child.makepyfile(test_some="""
         import pytest

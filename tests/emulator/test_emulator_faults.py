@@ -5,8 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 
-import anthropic
-import openai
 import pytest
 
 from prober.emulator import Faults, Scenario
@@ -65,6 +63,11 @@ def test_overloaded_and_server_error_statuses(fault, anthropic_status, anthropic
 
 
 def test_sdks_raise_their_error_classes() -> None:
+    # The SDKs are imported by the three tests that use them: 1.5 s of CPU that collecting this
+    # module for its timing tests (`make test-fast` runs those on their own) need not pay.
+    import anthropic
+    import openai
+
     async def go(fault: str):
         async with running(_with(**{fault: 1.0})) as emulator:
             a = anthropic.AsyncAnthropic(base_url=emulator.base_url, api_key="x", max_retries=0)
@@ -141,6 +144,8 @@ def test_drop_mid_stream_closes_the_connection_after_some_tokens() -> None:
 
 
 def test_drop_mid_stream_surfaces_in_the_sdk_as_a_broken_stream() -> None:
+    import anthropic
+
     async def go():
         async with running(_with(drop_mid_stream=1.0, after_tokens=2)) as emulator:
             client = anthropic.AsyncAnthropic(base_url=emulator.base_url, api_key="x", max_retries=0)
@@ -238,6 +243,9 @@ def test_mid_stream_error_after_http_200() -> None:
 
 
 def test_sdks_raise_on_mid_stream_errors() -> None:
+    import anthropic
+    import openai
+
     async def go():
         async with running(_with(mid_stream_error=1.0, after_tokens=1)) as emulator:
             a = anthropic.AsyncAnthropic(base_url=emulator.base_url, api_key="x", max_retries=0)

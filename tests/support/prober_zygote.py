@@ -5,7 +5,9 @@ typer, rich, pydantic, numpy, scipy, jinja2: about 0.6 s of CPU), several hundre
 `make test-fast`. This process imports those once and forks a child for each command, which is
 still a process of its own: its own working directory, environment, standard streams, exit code
 and signals, and the project's modules imported fresh after the environment is set (module-level
-code that reads the environment sees the test's). It imports nothing of the project itself.
+code that reads the environment sees the test's). It imports nothing of the project itself. Its
+children start their sample writers from the test session's fork server
+(tests/support/writer_fork_server.py).
 
 Protocol, one JSON line each way on stdin/stdout: {"args", "cwd", "env", "timeout"} in;
 {"returncode", "stdout", "stderr", "timeout"} out (a server left running: see serve). The child
@@ -22,6 +24,8 @@ import sys
 import tempfile
 import time
 import traceback
+
+from tests.support import writer_fork_server
 
 # Third-party and standard-library modules only: the project's are imported in each child, after its
 # environment is set. The list is what a `prober run` and a `prober report` import beyond the
@@ -123,6 +127,8 @@ def serve() -> None:
     "timeout"} for a background command's exit code (None while it runs), as Popen.wait does."""
     for name in PRELOADED:
         __import__(name)
+    if writer_fork_server.ENV in os.environ:
+        writer_fork_server.share(os.environ[writer_fork_server.ENV])
     for line in sys.stdin:
         request = json.loads(line)
         if "wait" in request:
