@@ -127,8 +127,10 @@ def _read_guidellm(out: Path) -> dict[str, Any]:
             "errors": [str((r.get("info") or {}).get("error") or "errored")[:80] for r in requests["errored"]]
                       + ["incomplete"] * len(requests.get("incomplete") or []),
             "sent_ns": sorted(round(t["request_start"] * 1e9) for t in timings if t.get("request_start")),
+            # A few requests per run carry a targeted_start that is not an epoch time (their lag
+            # came out as about 1.8e12 ms, the epoch itself): only epoch times (after 2001) count.
             "send_lag_ms": [1e3 * (t["request_start"] - t["targeted_start"]) for t in timings
-                            if t.get("request_start") and t.get("targeted_start")],
+                            if t.get("request_start") and (t.get("targeted_start") or 0) > 1e9],
             "cpu_s": None}
 
 
