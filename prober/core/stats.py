@@ -651,6 +651,14 @@ def beta_binomial_tail(successes: int, n: int, mean: float, variance_factor: flo
     the distribution, not a normal approximation, so that counts near 0 or n on a few trials keep
     their level. `alternative`: "greater" P(X >= x), "less" P(X <= x), "two-sided" twice the
     smaller, at most 1. The factor is capped just below n (the most a beta-binomial can spread)."""
+    return beta_binomial_tails(successes, n, mean, [variance_factor], alternative)[0]
+
+
+def beta_binomial_tails(successes: int, n: int, mean: float, variance_factors: Sequence[float],
+                        alternative: str = "two-sided") -> list[float]:
+    """beta_binomial_tail at each of `variance_factors`, computed together: the drift tests ask
+    for a dozen factors per count, and one array operation over all of them costs about what one
+    factor alone did."""
     if alternative not in ("two-sided", "greater", "less"):
         raise ValueError(f"alternative must be two-sided, greater or less, not {alternative!r}")
     if not 0 < mean < 1 or n <= 0:
@@ -658,24 +666,29 @@ def beta_binomial_tail(successes: int, n: int, mean: float, variance_factor: flo
     import numpy as np
     from scipy.special import bdtr, bdtrc, betaln, gammaln
 
-    if variance_factor <= 1 + 1e-9 or n == 1:
-        upper = 1.0 if successes <= 0 else float(bdtrc(successes - 1, n, mean))
-        lower = float(bdtr(successes, n, mean)) if successes < n else 1.0
-    else:
+    factors = np.asarray(variance_factors, dtype=np.float64)
+    upper, lower = np.empty(len(factors)), np.empty(len(factors))
+    binomial = (factors <= 1 + 1e-9) | (n == 1)
+    if binomial.any():
+        upper[binomial] = 1.0 if successes <= 0 else float(bdtrc(successes - 1, n, mean))
+        lower[binomial] = float(bdtr(successes, n, mean)) if successes < n else 1.0
+    if not binomial.all():
         # (s + n) / (s + 1) = variance_factor for a beta(mean s, (1 - mean) s) mixing distribution.
-        factor = min(variance_factor, n - 1e-6)
+        factor = np.minimum(factors[~binomial], n - 1e-6)[:, None]
         strength = (n - factor) / (factor - 1)
         a, b = mean * strength, (1 - mean) * strength
         k = np.arange(n + 1)
         log_pmf = (gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
                    + betaln(k + a, n - k + b) - betaln(a, b))
         pmf = np.exp(log_pmf)
-        upper, lower = float(pmf[max(0, successes):].sum()), float(pmf[:successes + 1].sum())
+        upper[~binomial], lower[~binomial] = pmf[:, max(0, successes):].sum(axis=1), pmf[:, :successes + 1].sum(axis=1)
     if alternative == "greater":
-        return min(1.0, upper)
-    if alternative == "less":
-        return min(1.0, lower)
-    return min(1.0, 2 * min(upper, lower))
+        tails = upper
+    elif alternative == "less":
+        tails = lower
+    else:
+        tails = 2 * np.minimum(upper, lower)
+    return [min(1.0, float(tail)) for tail in tails]
 
 
 @functools.lru_cache(maxsize=256)
@@ -723,11 +736,10 @@ def share_night_p(successes: int, n: int, base_successes: Sequence[int], base_to
                        for q in _chi2_midpoint_quantiles(df, DISPERSION_NODES)]
     else:
         dispersions = [1.0]       # a baseline at 0 or 1 shows no spread to measure
-    tails = [beta_binomial_tail(successes, n, share,
-                                1 + (n / nights - 1) * ((phi - 1) / (size - 1) if size > 1 else 0.0)
-                                + n * phi / total,
+    tails = beta_binomial_tails(successes, n, share,
+                                [1 + (n / nights - 1) * ((phi - 1) / (size - 1) if size > 1 else 0.0)
+                                 + n * phi / total for phi in dispersions],
                                 alternative)
-             for phi in dispersions]
     return sum(tails) / len(tails)
 
 
