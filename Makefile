@@ -55,8 +55,9 @@ test: system-deps local-endpoint
 	$(NO_RECOMPILE) $(PY) -m pytest -q -p no:cacheprovider
 
 # No apt, no llama-server build, no PostgreSQL: tests/conftest.py describes the tiers. Everything but
-# the timing tests runs on every core (pytest-xdist); the timing tests then run alone, one at a time,
-# so that no other test's work is load their bounds must absorb.
+# the timing tests runs on every core (pytest-xdist) at niceness 19; the timing tests run beside it,
+# one at a time, at normal priority, so that the rest takes only the cores they leave idle while
+# they wait (scripts/test_fast.py says why that is no load their bounds must absorb).
 FAST := unit or emulator
 # Bytecode is written even where the environment says not to (PYTHONDONTWRITEBYTECODE): every
 # `prober` command, sample writer and xdist worker a test run starts would otherwise compile the
@@ -71,8 +72,7 @@ FAST_WORKERS ?= $(shell echo $$(( 2 * $$(nproc) )))
 # to select 19 tests took 5 s of that run's wall time. With no such file it would collect them all.
 TIMING_FILES = $(shell grep -rlE 'timing_sensitive|mark\.timing' tests --include='test_*.py')
 test-fast: install
-	$(NO_RECOMPILE) $(PY) -m pytest -q -p no:cacheprovider -n $(FAST_WORKERS) --dist worksteal -m "($(FAST)) and not timing"
-	$(NO_RECOMPILE) $(PY) -m pytest -q -p no:cacheprovider -m "($(FAST)) and timing" $(TIMING_FILES)
+	$(NO_RECOMPILE) $(PY) scripts/test_fast.py $(FAST_WORKERS) "$(FAST)" $(TIMING_FILES)
 
 # The gates .ci/run passes before the tests: ruff's rule set and mypy's strict mode, both configured
 # in pyproject.toml (where the excluded rules say why). They need only the test extra.

@@ -6,6 +6,8 @@ retried timing test is listed in the summary with its failed attempt's message."
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -167,3 +169,45 @@ def test_a_retried_timing_test_is_reported_and_retried_once_only(child, workers)
     assert "attempt 2" not in summary.split("short test summary")[0]   # two attempts in all
     # and in the test's own output
     result.stdout.fnmatch_lines(["*Captured stderr call*", "timing retry: attempt 1 of 2 failed*late by 7.5 ms*"])
+
+
+@pytest.mark.parametrize("timed_fails", [False, True], ids=["all-pass", "timing-fails"])
+def test_make_test_fast_runs_the_timing_tests_beside_the_rest_at_a_higher_priority(child, tmp_path, timed_fails):
+    # scripts/test_fast.py: the rest at niceness 19, the timing tests at the caller's priority; a
+    # failure in either run is the whole run's status, and the timing tests' output follows the rest's.
+    seen = tmp_path / "niceness"
+    seen.mkdir()
+    child.makepyfile(test_some=f"""
+        import os
+        import pathlib
+        import pytest
+        from tests.support.timing import timing_sensitive
+
+        SEEN = pathlib.Path({str(seen)!r})
+
+        @pytest.mark.unit
+        def test_rest():
+            (SEEN / "rest").write_text(str(os.getpriority(os.PRIO_PROCESS, 0)))
+
+        @pytest.mark.unit
+        @timing_sensitive
+        def test_timed():
+            (SEEN / "timed").write_text(str(os.getpriority(os.PRIO_PROCESS, 0)))
+            assert not {timed_fails}, "late by 9 ms"
+    """)
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "test_fast.py"), "1", "unit or emulator",
+                           "test_some.py"], cwd=child.path, capture_output=True, text=True, timeout=120)
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert (int((seen / "rest").read_text()), int((seen / "timed").read_text())) == (min(19, own + 19), own)
+    assert done.returncode == (1 if timed_fails else 0), done.stdout + done.stderr
+    rest, timing = done.stdout.split("timing tests (unit or emulator and timing)")
+    assert "1 passed" in rest and "test_timed" not in rest
+    assert ("1 failed" if timed_fails else "1 passed") in timing
+    if timed_fails:
+        assert "attempt 1 failed: late by 9 ms" in timing
+
+
+def test_make_test_fast_without_its_arguments_is_one_line_and_exit_2():
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "test_fast.py")], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.strip().startswith("usage: test_fast.py WORKERS MARKS")
+    assert len(done.stderr.strip().splitlines()) == 1
