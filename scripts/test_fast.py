@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
             # The children had the same SIGINT and are stopping: wait for their fixtures' teardown.
             rest.wait()
             timing.wait()
-            return 130
+            rest_status = timing_status = 130
         timing_output.seek(0)
         print(f"\ntiming tests ({marks} and timing), run beside the above at normal priority:", flush=True)
         sys.stdout.write(timing_output.read())
