@@ -1,7 +1,8 @@
 """The tiers and the timing retry, checked on small test files run by a child pytest with this
 repository's own hooks (tests/conftest.py): a test without exactly one tier is refused at
 collection, a `unit` test that opens a socket (itself or through a child process) fails, and a
-retried timing test is listed in the summary with its failed attempt's message."""
+retried timing test is listed in the summary with its failed attempt's message. And `make
+test-fast`'s driver (scripts/test_fast.py): the rest at niceness 19 beside the timing tests."""
 
 from __future__ import annotations
 
