@@ -4,6 +4,7 @@ allocated since the last one; the collector is as it was after the block."""
 from __future__ import annotations
 
 import gc
+import weakref
 
 import pytest
 
@@ -40,11 +41,16 @@ def test_survivors_are_frozen_so_a_young_collection_walks_only_the_newest():
         assert max(collected_young) < 3 * YOUNG_THRESHOLD
 
 
+class _Node:
+    def __init__(self) -> None:
+        self.me = self                              # a reference cycle: only the collector frees it
+
+
 def test_the_collector_is_restored_and_cycles_made_inside_are_collected_after():
     before = gc.get_threshold()
     with quiet_garbage_collector():
-        cycle: list[object] = []
-        cycle.append(cycle)
+        cycle = _Node()
+        in_cycle = weakref.ref(cycle)
         for _ in range(3):                          # collections that freeze the cycle
             [[i] for i in range(2 * YOUNG_THRESHOLD)]
             gc.collect(0)
@@ -52,6 +58,7 @@ def test_the_collector_is_restored_and_cycles_made_inside_are_collected_after():
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
     assert gc.collect() >= 1
+    assert in_cycle() is None                       # this cycle itself, not just any garbage
 
 
 def test_after_max_freezes_it_stops_freezing_and_collects_rarely(monkeypatch):
