@@ -60,9 +60,12 @@ class TargetGate:
 
 class _TimedLauncher:
     """Starts an open loop's requests from loop timers: each timer starts the request it was set
-    for and every other one already due, so a request is written in its task's first step, one
-    loop turn after its due time (a sleeping coroutine that created the task would add a turn, and
-    at a few hundred requests a second a turn can take milliseconds).
+    for and every other one already due, so a request is written in its task's first step, in the
+    loop turn after the timer's (a sleeping coroutine that created the task would add a turn, and
+    at a few hundred requests a second a turn can take milliseconds). asyncio runs a due timer after
+    that turn's I/O callbacks, so a request is still late by the rest of the turn running when it
+    fell due plus one turn's I/O; only running it before them and writing from the timer itself
+    would remove that (Python 3.11 has no eager tasks).
 
     No reference cycle outlives it (its pending timer is its only link back to itself), so the
     level's tasks and exchanges are freed as soon as they are dropped, not by a collection that
