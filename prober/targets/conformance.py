@@ -4,8 +4,9 @@ Off the timing path: the adapter keeps every event's data text (or the body text
 `exchange.raw_events`, and the runner calls `check_exchange` after the exchange completed. Each
 event (or the body) is validated against the SDK type for its `type` (Anthropic) or against
 ChatCompletionChunk / ChatCompletion (OpenAI): first with `model_validate_json` straight from the
-text (the fast path for the conforming majority), and only when that fails parsed with json and
-validated again to say what is wrong. Protocol-level checks cover event order, the terminal event
+text (the fast path for the conforming majority; a stream's deltas differ only in their piece of
+output, so each shape of event is validated once: event_shape.py), and only when that fails parsed
+with json and validated again to say what is wrong. Protocol-level checks cover event order, the terminal event
 and the usage chunk. Findings are short strings such as
 "anthropic content_block_delta #3: delta.text: Input should be a valid string", where #3 is the
 event's position in `raw_events`.
@@ -20,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from prober.core.records import Exchange
+from prober.targets.event_shape import event_shape
 
 _MAX_FINDINGS = 50
 _ERRORS_PER_EVENT = 3
@@ -144,15 +146,30 @@ _ANTHROPIC_EVENTS = frozenset({"message_start", "message_delta", "message_stop",
                                "content_block_delta", "content_block_stop", "error"})
 
 
-def _conforming(model: type[BaseModel], text: Any) -> BaseModel | None:
-    """The validated instance when `text` conforms: pydantic parses the JSON itself, about twice
-    as fast as json.loads plus model_validate. None sends the event down the detailed path."""
-    if type(text) is not str:
-        return None
-    try:
-        return model.model_validate_json(text, strict=True)
-    except ValidationError:
-        return None
+class _Conforming:
+    """Which of one stream's events conform, each validated once per shape (event_shape.py): an
+    event with the shape of one that conformed gets that event's instance, which differs from
+    its own only in the streamed string at `key`, a field no check here reads. One per exchange."""
+
+    def __init__(self, key: str) -> None:
+        self._key = key
+        self._conformed: dict[tuple[type[BaseModel], tuple[str, str]], BaseModel] = {}
+
+    def __call__(self, model: type[BaseModel], text: Any) -> BaseModel | None:
+        """The validated instance when `text` conforms: pydantic parses the JSON itself, about
+        twice as fast as json.loads plus model_validate. None sends the event down the detailed path."""
+        if type(text) is not str:
+            return None
+        shape = event_shape(text, self._key)
+        if shape is not None and (known := self._conformed.get((model, shape))) is not None:
+            return known
+        try:
+            instance = model.model_validate_json(text, strict=True)
+        except ValidationError:
+            return None
+        if shape is not None:
+            self._conformed[(model, shape)] = instance
+        return instance
 
 
 def _check_anthropic(exchange: Exchange) -> list[str]:
@@ -171,8 +188,9 @@ def _check_anthropic(exchange: Exchange) -> list[str]:
         return findings
     open_blocks: set[Any] = set()
     seen_start = seen_stop = seen_error = False
+    conforming = _Conforming("text")
     for position, (event, text) in enumerate(exchange.raw_events):
-        instance = _conforming(models[event], text) if event in _ANTHROPIC_EVENTS else None
+        instance = conforming(models[event], text) if event in _ANTHROPIC_EVENTS else None
         if instance is not None:
             kind, index = event, getattr(instance, "index", None)
             label = f"anthropic {kind} #{position}"
@@ -241,6 +259,7 @@ def _check_openai(exchange: Exchange) -> list[str]:
             _validate(models["completion"], text, "openai chat.completion", findings)
         return findings
     seen_done = seen_error = seen_usage = False
+    conforming = _Conforming("content")
     for position, (event, text) in enumerate(exchange.raw_events):
         label = f"openai chunk #{position}"
         if seen_done:
@@ -248,7 +267,7 @@ def _check_openai(exchange: Exchange) -> list[str]:
         if text == "[DONE]":
             seen_done = True
             continue
-        chunk = _conforming(models["chunk"], text) if event is None else None
+        chunk = conforming(models["chunk"], text) if event is None else None
         if chunk is not None:
             if chunk.usage is not None:                      # type: ignore[attr-defined]
                 seen_usage = True
