@@ -235,9 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="prober-open-loop-") as tmp:
         phases = run(args, f"sqlite:///{tmp}/bench.db", Path(tmp))
     rows = summarize(args, phases)
+    from prober import event_loop
+
     print(f"\nOpen loop on loopback (Poisson; true TTFT {FIRST_DELAY_MS:g} ms, overhead = measured - "
-          f"{FIRST_DELAY_MS:g} ms); {args.repeat} pass(es), {args.duration:g} s per rate; "
-          f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}; {time.monotonic() - started:.0f}s\n")
+          f"{FIRST_DELAY_MS:g} ms); {args.repeat} pass(es), {args.duration:g} s per rate; prober on "
+          f"{event_loop.chosen()}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}; "
+          f"{time.monotonic() - started:.0f}s\n")
     print_table(rows)
     disturbed = [r for r in rows if (r.get("other_cpu") or 0) > QUIET_SHARE]
     if disturbed:

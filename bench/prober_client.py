@@ -3,13 +3,14 @@
 Each level is what `prober run` does for one level of the latency suite, minus the progress bar:
 the latency probe's `run` with a `TargetSession` (run budget, per-target gate, retries), the
 OpenAI adapter on prober's transport, a `SampleWriterProcess` with conformance checking on or off, and a
-real SQLite sample writer storing every sample, plus the event-loop lag monitor the runner keeps.
+real SQLite sample writer storing every sample, plus the event-loop lag monitor the runner keeps,
+on the event loop `prober run` uses (prober/event_loop.py: uvloop where installed, or as
+$PROBER_EVENT_LOOP says).
 TTFT is `Exchange.ttft_ms`; the store is checked afterwards to hold one row per request.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import itertools
 import os
@@ -26,6 +27,7 @@ from rich.console import Console
 from sse_server import MODEL
 
 import prober
+from prober import event_loop
 from prober.budget import RunBudget
 from prober.core.config import RunnerConfig, TargetConfig
 from prober.core.records import Exchange, Run, utcnow
@@ -156,7 +158,7 @@ def client_process(control: Connection, base_url: str, db_url: str, max_concurre
                 return
             with quiet_garbage_collector():
                 pauses.take()       # not the collection quiet_garbage_collector makes before the level
-                result = asyncio.run(client.run_level(command.get("concurrency", 0), command["count"],
+                result = event_loop.run(client.run_level(command.get("concurrency", 0), command["count"],
                                                       command["conformance"], command.get("rate_rps"),
                                                       command.get("seed", 0)))
             control.send({**result, **pauses.take()})

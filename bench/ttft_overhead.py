@@ -348,10 +348,11 @@ def main(argv: list[str] | None = None) -> int:
         profiles: list[dict] = []
         phases = run_phases(args, f"sqlite:///{db_path}", profiles)
     rows, by_key = summarize(args, phases)
+    from prober import event_loop
 
     print(f"\nTTFT overhead on loopback: true TTFT {FIRST_DELAY_MS:.0f} ms, overhead = measured - "
           f"{FIRST_DELAY_MS:.0f} ms; {args.repeat} pass(es) pooled; Python {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs, {time.monotonic() - started:.0f}s\n")
+          f"prober on {event_loop.chosen()}; {os.cpu_count()} CPUs, {time.monotonic() - started:.0f}s\n")
     print_table(rows)
     notes = [f"{r['client']} c={r['concurrency']}: conformance findings: {'; '.join(r['findings'])}"
              for r in rows if r["findings"]]

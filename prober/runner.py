@@ -26,6 +26,7 @@ from typing import Any
 from rich.console import Console
 
 import prober
+from prober import event_loop
 from prober.budget import BudgetExhausted, RunBudget
 from prober.core import stats
 from prober.core.config import ProberConfig, TargetConfig
@@ -105,7 +106,7 @@ class Runner:
                 keys: dict[str, str | None]) -> RunResult:
         """Run a prepared suite (see `prepare`) into an open store."""
         with quiet_garbage_collector():
-            return asyncio.run(self._main(store, suite, targets, keys))
+            return event_loop.run(self._main(store, suite, targets, keys))
 
     async def _main(self, store: Store, suite: Suite, targets: list[TargetConfig],
                     keys: dict[str, str | None]) -> RunResult:
@@ -114,7 +115,8 @@ class Runner:
                   prober_version=prober.__version__, config_hash=self.config.hash(),
                   host=host, pid=os.getpid(), targets=[t.name for t in targets],
                   lease_expires_at=lease_until(self.config.runner.lease_seconds),
-                  site=self.config.run_site(host), batch=self.batch)
+                  site=self.config.run_site(host), batch=self.batch,
+                  notes={"event_loop": event_loop.describe(asyncio.get_running_loop())})
         store.create_run(run)
         store.reserve_room_for_final_write()
         lease = RunLease.start(store, run.id, self.config.runner.lease_seconds, self.console)

@@ -62,35 +62,37 @@ class _TimedLauncher:
     """Starts an open loop's requests from loop timers: each timer starts the request it was set
     for and every other one already due, so a request is written in its task's first step, in the
     loop turn after the timer's (a sleeping coroutine that created the task would add a turn, and
-    at a few hundred requests a second a turn can take milliseconds). asyncio runs a due timer after
-    that turn's I/O callbacks, so a request is still late by the rest of the turn running when it
-    fell due plus one turn's I/O; only running it before them and writing from the timer itself
-    would remove that (Python 3.11 has no eager tasks).
+    at a few hundred requests a second a turn can take milliseconds). asyncio's own loop runs a
+    due timer after that turn's I/O callbacks, so a request is still late by the rest of the turn
+    running when it fell due plus one turn's I/O; uvloop runs due timers first (prober/event_loop.py).
+
+    Due times are perf_counter_ns, not the loop's clock: uvloop's ticks in whole milliseconds, and
+    its timers fire up to a millisecond early or late. A timer that fires early finds nothing due
+    and is set again for what is left.
 
     No reference cycle outlives it (its pending timer is its only link back to itself), so the
     level's tasks and exchanges are freed as soon as they are dropped, not by a collection that
     stops the loop (a level of 3,200 requests left 55k objects to one: 60-80 ms)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, due: list[tuple[float, int]],
+    def __init__(self, loop: asyncio.AbstractEventLoop, due: list[tuple[int, int]],
                  launch: Callable[[int], None]) -> None:
         self._loop = loop
-        self._due = due                   # (loop time, request index), in time order
+        self._due = due                   # (perf_counter_ns, request index), in time order
         self._launch = launch
         self._next = 0
         self._timer: asyncio.TimerHandle | None = None
         self.all_launched: asyncio.Future[None] = loop.create_future()
 
     def fire(self) -> None:
-        # The loop runs a timer up to its clock's resolution early: a microsecond's slack keeps
-        # that from putting the same request off for another turn.
         self._timer = None
-        now = self._loop.time() + 1e-6
+        now = time.perf_counter_ns()
         due = self._due
         while self._next < len(due) and due[self._next][0] <= now:
             self._launch(due[self._next][1])
             self._next += 1
         if self._next < len(due):
-            self._timer = self._loop.call_at(due[self._next][0], self.fire)
+            wait_ns = due[self._next][0] - time.perf_counter_ns()
+            self._timer = self._loop.call_later(max(wait_ns, 0) / 1e9, self.fire)
         elif not self.all_launched.done():
             self.all_launched.set_result(None)
 
@@ -257,14 +259,13 @@ class TargetSession:
 
         tasks: list[asyncio.Task[None]] = []
         loop = asyncio.get_running_loop()
-        # One clock: loop.time() is time.monotonic(), the clock perf_counter_ns also reads on
-        # Linux; both anchors are taken together so a due time means the same in each.
-        start, start_s = time.perf_counter_ns(), loop.time()
+        start = time.perf_counter_ns()
+        due_ns = [start + round(offset * 1e9) for offset in offsets_s]
 
         def launch(i: int) -> None:
-            tasks.append(loop.create_task(one(i, start + round(offsets_s[i] * 1e9))))
+            tasks.append(loop.create_task(one(i, due_ns[i])))
 
-        launcher = _TimedLauncher(loop, sorted((start_s + offset, i) for i, offset in enumerate(offsets_s)), launch)
+        launcher = _TimedLauncher(loop, sorted((due, i) for i, due in enumerate(due_ns)), launch)
         with self.progress_task(title, count):
             try:
                 launcher.fire()

@@ -1,5 +1,6 @@
 """`TargetSession.open_loop` launches each request from a loop timer at its due time: never early,
-each exactly once, in schedule order, and nothing more once the loop is cancelled."""
+each exactly once, in schedule order, and nothing more once the loop is cancelled; on asyncio's
+loop and on uvloop, whose clock ticks in milliseconds and whose timers fire early."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import weakref
 import pytest
 from rich.console import Console
 
+from prober import event_loop
 from prober.budget import RunBudget
 from prober.core.config import Budget, RunnerConfig, TargetConfig
 from prober.core.records import ChatRequest, Exchange, utcnow
@@ -45,6 +47,13 @@ class _StampingAdapter(TargetAdapter):
         pass
 
 
+@pytest.fixture(params=event_loop.CHOICES)
+def run_on(request, monkeypatch):
+    """event_loop.run on each loop prober can run on."""
+    monkeypatch.setenv(event_loop.ENV, request.param)
+    return event_loop.run
+
+
 def _session(adapter: TargetAdapter) -> TargetSession:
     writer = type("Discard", (), {"put": lambda self, sample: None})()
     return TargetSession(run_id="r", target=TARGET, adapter=adapter, gate=TargetGate.for_target(TARGET),
@@ -56,7 +65,7 @@ def _request(i: int) -> ChatRequest:
     return ChatRequest(messages=[{"role": "user", "content": "x"}], stored_extra={"index": i})
 
 
-def test_each_request_starts_once_in_schedule_order_and_never_before_it_is_due():
+def test_each_request_starts_once_in_schedule_order_and_never_before_it_is_due(run_on):
     # Out of order on purpose, with ties and a burst of requests due at the same moment.
     offsets = [0.030, 0.0, 0.010, 0.010, 0.050, 0.020, 0.020, 0.020, 0.0005, 0.045]
     adapter = _StampingAdapter(hold_s=0.02)
@@ -68,7 +77,7 @@ def test_each_request_starts_once_in_schedule_order_and_never_before_it_is_due()
                                             case="c", labels={}, title="t")
         return t0, exchanges
 
-    t0, exchanges = asyncio.run(main())
+    t0, exchanges = run_on(main())
     assert len(exchanges) == len(offsets)
     sent = dict(adapter.sent)
     assert sorted(sent) == list(range(len(offsets)))              # each exactly once
@@ -80,7 +89,7 @@ def test_each_request_starts_once_in_schedule_order_and_never_before_it_is_due()
     assert all(ex.extra["send_lag_ms"] >= -0.001 for ex in exchanges)
 
 
-def test_a_cancelled_open_loop_starts_nothing_more():
+def test_a_cancelled_open_loop_starts_nothing_more(run_on):
     # Cancelled as soon as request 1 has started, half a second before request 2 is due: the
     # outcome does not hang on how promptly a busy machine wakes a sleeping test.
     offsets = [0.0, 0.01, 0.5, 0.6, 0.7]
@@ -96,19 +105,19 @@ def test_a_cancelled_open_loop_starts_nothing_more():
             await task
         await asyncio.sleep(0.8)           # past the end of the schedule
 
-    asyncio.run(main())
+    run_on(main())
     assert sorted(i for i, _ in adapter.sent) == [0, 1]
 
 
-def test_an_empty_schedule_returns_at_once():
+def test_an_empty_schedule_returns_at_once(run_on):
     async def main():
         return await _session(_StampingAdapter(0.0)).open_loop(
             offsets_s=[], make_request=_request, max_concurrency=None, case="c", labels={}, title="t")
 
-    assert asyncio.run(main()) == []
+    assert run_on(main()) == []
 
 
-def test_the_levels_exchanges_are_freed_without_the_garbage_collector():
+def test_the_levels_exchanges_are_freed_without_the_garbage_collector(run_on):
     # A reference cycle around the level (the launcher's closure once held one) leaves every task
     # and exchange for a collection, which stops the event loop for tens of ms at some later turn.
     offsets = [i * 0.001 for i in range(20)]
@@ -120,7 +129,7 @@ def test_the_levels_exchanges_are_freed_without_the_garbage_collector():
 
     gc.disable()
     try:
-        refs = asyncio.run(main())
+        refs = run_on(main())
         assert len(refs) == len(offsets)
         assert [ref() for ref in refs] == [None] * len(offsets)
     finally:
