@@ -35,8 +35,7 @@ def _choice() -> str:
         import uvloop  # noqa: F401
     except ImportError:
         if wanted == "uvloop":
-            raise ConfigError(f"${ENV} asks for uvloop, which is not installed "
-                                       "(pip install uvloop)") from None
+            raise ConfigError(f"${ENV} asks for uvloop, which is not installed (pip install uvloop)") from None
         return "asyncio"
     return "uvloop"
 

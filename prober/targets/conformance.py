@@ -6,8 +6,8 @@ event (or the body) is validated against the SDK type for its `type` (Anthropic)
 ChatCompletionChunk / ChatCompletion (OpenAI): first with `model_validate_json` straight from the
 text (the fast path for the conforming majority; a stream's deltas differ only in their piece of
 output, so each shape of event is validated once: event_shape.py), and only when that fails parsed
-with json and validated again to say what is wrong. Protocol-level checks cover event order, the terminal event
-and the usage chunk. Findings are short strings such as
+with json and validated again to say what is wrong. Protocol-level checks cover event order, the
+terminal event and the usage chunk. Findings are short strings such as
 "anthropic content_block_delta #3: delta.text: Input should be a valid string", where #3 is the
 event's position in `raw_events`.
 """
