@@ -64,7 +64,9 @@ class _TimedLauncher:
     loop turn after the timer's (a sleeping coroutine that created the task would add a turn, and
     at a few hundred requests a second a turn can take milliseconds). asyncio's own loop runs a
     due timer after that turn's I/O callbacks, so a request is still late by the rest of the turn
-    running when it fell due plus one turn's I/O; uvloop runs due timers first (prober/event_loop.py).
+    running when it fell due plus one turn's I/O. uvloop (prober/event_loop.py) runs due timers
+    before the callbacks the last poll queued, but the task's first step still waits behind them:
+    only writing from the timer itself would remove that wait (Python 3.11 has no eager tasks).
 
     Due times are perf_counter_ns, not the loop's clock: uvloop's ticks in whole milliseconds, and
     its timers fire up to a millisecond early or late. A timer that fires early finds nothing due
