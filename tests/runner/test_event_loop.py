@@ -33,13 +33,10 @@ def test_a_run_stores_the_loop_it_measured_on(tmp_path, choice, stored):
     with emulator_process(tmp_path, SLOW) as base_url:
         result = _run_latency(tmp_path, base_url, choice)
     assert result.returncode == 0, result.stderr
-    store = Store.open(f"sqlite:///{tmp_path}/p.db")
-    try:
+    with Store.open(f"sqlite:///{tmp_path}/p.db") as store:
         (run,) = store.list_runs()
         assert run["notes"]["event_loop"].startswith(stored)
         assert len(store.samples(run["id"])) == 4
-    finally:
-        store.close()
 
 
 @pytest.mark.emulator
@@ -48,11 +45,8 @@ def test_an_unknown_loop_is_one_line_and_exit_2_before_anything_is_stored(tmp_pa
         result = _run_latency(tmp_path, base_url, "tokio")
     assert result.returncode == 2
     assert result.stderr.strip() == "error: $PROBER_EVENT_LOOP is 'tokio': use one of uvloop, asyncio"
-    store = Store.open(f"sqlite:///{tmp_path}/p.db")
-    try:
+    with Store.open(f"sqlite:///{tmp_path}/p.db") as store:
         assert store.list_runs() == []
-    finally:
-        store.close()
 
 
 @pytest.mark.unit
