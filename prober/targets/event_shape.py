@@ -4,7 +4,8 @@ in that string.
 A stream's deltas are one JSON text repeated with a different piece of output each time
 (`"content":"..."` in OpenAI chunks, `"text":"..."` in Anthropic text deltas). The conformance
 check validates one of them against the SDK type and reuses the verdict for the rest of the same
-shape (prober/targets/conformance.py): a 20-token stream then costs 2-3 validations, not 20.
+shape (prober/targets/conformance.py): a 20-token OpenAI stream then costs 4-5 validations (the
+role chunk, one delta, the finish and usage chunks), not 23.
 
 Why the verdict carries over. The shape is the text before and after the value of the first
 `"<key>":"` that follows `{` or `,`, kept only when the value is a JSON string no parser can
