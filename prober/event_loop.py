@@ -3,9 +3,10 @@
 Every timestamp the client takes waits for the loop, so the loop's own cost per I/O event is part
 of what prober adds to a measured latency. uvloop (libuv, in C) calls a protocol's data_received
 straight from its poll and runs due timers before the callbacks other events queued.
-bench/ttft_overhead.py at 512 streams, three interleaved pairs on one 2-core machine: 934-948
-requests/s against 856-884, client CPU 1.40-1.48 ms a request against 1.57, event-loop lag p99
-11-17 ms against 28-35 ms (bench/README.md).
+bench/ttft_overhead.py at 512 streams, the two loops alternated in three pairs on one 2-core
+machine: 0.94-1.03x the plain-asyncio reference's rate against 0.89-0.91x, event-loop lag p99
+9.5-15 ms against 30-87 ms, TTFT overhead p99 0.13-0.40x the reference's against 0.89-1.53x
+(bench/README.md).
 
 `PROBER_EVENT_LOOP=asyncio` runs on asyncio's loop instead (to compare, or to rule the loop out
 when something looks wrong); the loop a run used is stored with it (Run.notes["event_loop"]).
@@ -48,7 +49,7 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
 
 
 def describe(loop: asyncio.AbstractEventLoop) -> str:
-    """The running loop as stored with a run: "uvloop 0.21.0" or "asyncio"."""
+    """The running loop as stored with a run: "uvloop 0.23.0" or "asyncio"."""
     return _named("uvloop" if type(loop).__module__.split(".")[0] == "uvloop" else "asyncio")
 
 
