@@ -31,6 +31,24 @@ from prober.targets.base import TargetAdapter
 # tasks a probe starts inside the block inherit it.
 _progress_task: contextvars.ContextVar[TaskID | None] = contextvars.ContextVar("prober_progress_task", default=None)
 
+# How far ahead of its due time an open loop starts a request whose adapter writes on schedule
+# (TargetAdapter.writes_on_schedule): its task's first step, the budget, the body and a new
+# connection's connect fit in it, and a loop timer writes the bytes when due. A request holds its
+# slot under max_concurrency from then, at most this much longer than it would otherwise.
+SEND_LEAD_NS = 5_000_000
+
+
+def send_lag_ns(start_ns: int, ready_ns: int, connect_ns: int, connected_ns: int | None) -> int:
+    """What the client added to an open-loop request's send: its write time minus when it was
+    ready to go (due, or the end of its wait for the cap), less the part of a new connection's
+    connect (and TLS handshake) after that moment, which is the network's round trips. A connect
+    that ended before the request was due (opened ahead of it) leaves nothing out. Without the
+    connect's end, it is taken to end at the write. Never negative: a request prepared ahead that
+    failed before it was written (its connect refused) was not late."""
+    connected = start_ns if connected_ns is None else connected_ns
+    connect_after_ready = max(0, connected - max(ready_ns, connected - connect_ns))
+    return max(0, start_ns - ready_ns - connect_after_ready)
+
 
 @dataclass
 class LoopWindow:
@@ -60,13 +78,13 @@ class TargetGate:
 
 class _TimedLauncher:
     """Starts an open loop's requests from loop timers: each timer starts the request it was set
-    for and every other one already due, so a request is written in its task's first step, in the
-    loop turn after the timer's (a sleeping coroutine that created the task would add a turn, and
-    at a few hundred requests a second a turn can take milliseconds). asyncio's own loop runs a
-    due timer after that turn's I/O callbacks, so a request is still late by the rest of the turn
-    running when it fell due plus one turn's I/O. uvloop (prober/event_loop.py) runs due timers
-    before the callbacks the last poll queued, but the task's first step still waits behind them:
-    only writing from the timer itself would remove that wait (Python 3.11 has no eager tasks).
+    for and every other one already due, in a task whose first step runs in the loop turn after
+    the timer's (a sleeping coroutine that created the task would add a turn, and at a few hundred
+    requests a second a turn can take milliseconds). Where the adapter writes on schedule, the
+    launch is SEND_LEAD_NS ahead and another timer writes the request when due
+    (transport._write_when_due): that first step waits behind the callbacks the loop has queued,
+    a timer does not (uvloop runs due timers first; asyncio right after a turn's I/O callbacks).
+    Otherwise the launch is when due and the first step writes it (Python 3.11 has no eager tasks).
 
     Due times are perf_counter_ns, not the loop's clock: uvloop's ticks in whole milliseconds, and
     its timers fire up to a millisecond early or late. A timer that fires early finds nothing due
@@ -123,8 +141,10 @@ class TargetSession:
         return await self._send(request, case=case, labels=labels)
 
     async def _send(self, request: ChatRequest, *, case: str, labels: dict[str, Any],
-                    annotate: Callable[[Exchange], None] | None = None) -> Exchange:
-        """`send`; `annotate` sees every attempt before it is stored (open loops add their schedule)."""
+                    annotate: Callable[[Exchange], None] | None = None,
+                    not_before_ns: int | None = None) -> Exchange:
+        """`send`; `annotate` sees every attempt before it is stored (open loops add their schedule).
+        With `not_before_ns`, the adapter (one that writes on schedule) writes the first try then."""
         request_index = next(self.request_counter)
         attempt = 1          # every attempt on the wire, resends after a refused parameter included
         tries = 1            # what the retry policy counts: resends are not retries
@@ -152,7 +172,12 @@ class TargetSession:
             self.budget.reserve_request()
             async with self.gate.semaphore:
                 await self._throttle()
-                exchange = await self.adapter.send(request, attempt=attempt, before_resend=before_resend)
+                if not_before_ns is None:
+                    exchange = await self.adapter.send(request, attempt=attempt, before_resend=before_resend)
+                else:
+                    exchange = await self.adapter.send(request, attempt=attempt, before_resend=before_resend,
+                                                       not_before_ns=not_before_ns)   # type: ignore[call-arg]
+                    not_before_ns = None           # a retry goes after its backoff
             self.budget.record(exchange)
             delay = None
             if should_retry(exchange, tries, self.settings.max_retries):
@@ -218,15 +243,18 @@ class TargetSession:
         """Request i is sent at the loop's start + offsets_s[i], whether or not earlier ones finished
         (an open loop does not slow down when the server does, so queueing shows). Beyond
         `max_concurrency` in flight a request waits for one to finish. Every attempt's `extra`
-        gets `scheduled_offset_ms`, `send_lag_ms` (its first attempt's send time, less a new
-        connection's connect time, minus when it was due: the schedule, or the end of its wait for
-        the cap; what the client itself added),
+        gets `scheduled_offset_ms`, `send_lag_ms` (send_lag_ns of its first attempt: what the
+        client itself added to when it was due, the schedule or the end of its wait for the cap),
         `inflight_at_send` (requests in flight then, itself included) and, where it waited for
-        the cap, `concurrency_wait_ms`. Returns the final attempts in index order."""
+        the cap, `concurrency_wait_ms`. Returns the final attempts in index order.
+
+        Where the adapter writes on schedule, a request starts SEND_LEAD_NS before it is due and
+        its bytes are written when due by a loop timer; otherwise it starts when due."""
         count = len(offsets_s)
         results: list[Exchange | None] = [None] * count
         cap = asyncio.Semaphore(max_concurrency) if max_concurrency else None
         in_flight = 0
+        lead_ns = SEND_LEAD_NS if self.adapter.writes_on_schedule else 0
 
         async def one(i: int, due_ns: int) -> None:
             nonlocal in_flight
@@ -242,18 +270,17 @@ class TargetSession:
                     extra["concurrency_wait_ms"] = round((ready_ns - due_ns) / 1e6, 3)
             in_flight += 1
             extra["inflight_at_send"] = in_flight
-            first_start_ns: list[int] = []
+            first_lag_ns: list[int] = []
 
             def annotate(exchange: Exchange) -> None:
-                if not first_start_ns:
-                    # A new connection's connect and TLS handshake (stored as connect_ms) are the
-                    # network's round trips, not the client falling behind: they are left out.
+                if not first_lag_ns:
                     connect_ns = round(float(exchange.extra.get("connect_ms") or 0.0) * 1e6)
-                    first_start_ns.append(exchange.start_ns - connect_ns)
-                exchange.extra.update(extra, send_lag_ms=round((first_start_ns[0] - ready_ns) / 1e6, 3))
+                    first_lag_ns.append(send_lag_ns(exchange.start_ns, ready_ns, connect_ns, exchange.connected_ns))
+                exchange.extra.update(extra, send_lag_ms=round(first_lag_ns[0] / 1e6, 3))
 
             try:
-                results[i] = await self._send(make_request(i), case=case, labels=labels, annotate=annotate)
+                results[i] = await self._send(make_request(i), case=case, labels=labels, annotate=annotate,
+                                              not_before_ns=due_ns if lead_ns else None)
             finally:
                 in_flight -= 1
                 if cap is not None:
@@ -267,7 +294,7 @@ class TargetSession:
         def launch(i: int) -> None:
             tasks.append(loop.create_task(one(i, due_ns[i])))
 
-        launcher = _TimedLauncher(loop, sorted((due, i) for i, due in enumerate(due_ns)), launch)
+        launcher = _TimedLauncher(loop, sorted((due - lead_ns, i) for i, due in enumerate(due_ns)), launch)
         with self.progress_task(title, count):
             try:
                 launcher.fire()

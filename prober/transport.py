@@ -43,13 +43,16 @@ class TransportError(Exception):
     """A request that failed below HTTP: `kind` is `connection`, `timeout` or `protocol`.
 
     `before_response` is true when not a single response byte had arrived, which is what makes a
-    failure on a reused connection safe to retry.
+    failure on a reused connection safe to retry. `written_ns` and `written_at` are when the
+    request was written, where it was before the failure (the Response's `start_ns`, `started_at`).
     """
 
     def __init__(self, kind: str, message: str, *, before_response: bool = False) -> None:
         super().__init__(message)
         self.kind = kind
         self.before_response = before_response
+        self.written_ns: int | None = None
+        self.written_at: dt.datetime | None = None
 
 
 class Origin(NamedTuple):
@@ -204,6 +207,7 @@ class _Connection(asyncio.Protocol):
         # switch per chunk.
         self.on_arrival: Callable[[], None] | None = None
         self.connect_ns: int | None = None     # time the connect (and TLS handshake) took
+        self.connected_ns: int | None = None   # perf_counter_ns when it completed
         self.proxy_connect_ns: int | None = None   # of which: the TCP connect to the proxy
         self.tunnel_ns: int | None = None          # of which: CONNECT until the proxy said 200
         self._reading_paused = False
@@ -307,6 +311,10 @@ class _Connection(asyncio.Protocol):
     async def write(self, data: bytes) -> None:
         assert self.transport is not None
         self.transport.write(data)
+        await self.writable()
+
+    async def writable(self) -> None:
+        """Return once the transport takes more bytes (at once, unless the kernel's buffer is full)."""
         while self._writing_paused and not self.eof and self.error is None:
             self._write_waiter = self.loop.create_future()
             await self._write_waiter
@@ -376,8 +384,8 @@ class Response:
     `drain()`. `aclose()` must be called (it releases the connection and the pool slot)."""
 
     __slots__ = ("status", "reason", "http_version", "headers", "start_ns", "started_at",
-                 "headers_ns", "first_byte_ns", "end_ns", "reused", "connect_ns", "pool_wait_ns",
-                 "proxy_connect_ns", "tunnel_ns",
+                 "headers_ns", "first_byte_ns", "end_ns", "reused", "connect_ns", "connected_ns",
+                 "pool_wait_ns", "proxy_connect_ns", "tunnel_ns",
                  "_conn", "_pool", "_state", "_remaining", "_keep_alive", "_released",
                  "_on_data", "_pushed", "_inflater")
 
@@ -386,6 +394,7 @@ class Response:
         self._pool = pool
         self.reused = reused
         self.connect_ns = None if reused else conn.connect_ns
+        self.connected_ns = None if reused else conn.connected_ns
         self.proxy_connect_ns = None if reused else conn.proxy_connect_ns
         self.tunnel_ns = None if reused else conn.tunnel_ns
         self.status = 0
@@ -721,6 +730,55 @@ class Response:
             self._release()
 
 
+def _write_now(conn: _Connection, response: Response, message: bytes, timeouts: Timeouts,
+               deadline_ns: int) -> None:
+    response.started_at = dt.datetime.now(dt.UTC)
+    response.start_ns = perf_counter_ns()
+    conn.arm(timeouts, deadline_ns)
+    assert conn.transport is not None
+    conn.transport.write(message)
+
+
+async def _write_when_due(conn: _Connection, response: Response, message: bytes, due_ns: int,
+                          timeouts: Timeouts, deadline_ns: int) -> None:
+    """Write `message` from a loop timer at `due_ns`. The loop runs due timers before the
+    callbacks its last poll queued (uvloop) or right after them (asyncio), whereas a task that
+    slept until then would take its next step only after all of them. The loop's clock is not
+    used: uvloop's ticks in whole milliseconds, and a timer that fires early is set again."""
+    loop = conn.loop
+    written: asyncio.Future[None] = loop.create_future()
+    handle: asyncio.TimerHandle | None = None
+
+    def fire() -> None:
+        nonlocal handle
+        handle = None
+        if written.done():
+            return
+        now = perf_counter_ns()
+        if now < due_ns:
+            handle = loop.call_later((due_ns - now) / 1e9, fire)
+            return
+        if conn.transport is None or conn.transport.is_closing():
+            # Dropped while it waited (a server closing an idle connection): reading the head
+            # finds it closed, and a reused connection is then replaced, as without the wait.
+            response.started_at, response.start_ns = dt.datetime.now(dt.UTC), now
+            written.set_result(None)
+            return
+        try:
+            _write_now(conn, response, message, timeouts, deadline_ns)
+        except Exception as exc:       # the task that waits raises it, as a direct write would
+            written.set_exception(exc)
+            return
+        written.set_result(None)
+
+    handle = loop.call_later((due_ns - perf_counter_ns()) / 1e9, fire)
+    try:
+        await written
+    finally:
+        if handle is not None:
+            handle.cancel()
+
+
 class HTTPTransport:
     """Keep-alive connections to one origin, at most `max_connections` requests in flight.
 
@@ -794,7 +852,8 @@ class HTTPTransport:
         except OSError as exc:
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise TransportError("connection", f"{stage} failed: {reason}", before_response=True) from None
-        conn.connect_ns = perf_counter_ns() - t0
+        conn.connected_ns = perf_counter_ns()
+        conn.connect_ns = conn.connected_ns - t0
         self.connections_opened += 1
         self._open.add(conn)
         return conn
@@ -843,9 +902,15 @@ class HTTPTransport:
             self._discard(conn)
         self._slots.release()
 
-    async def send(self, head: bytes, body: bytes, *, method: str = "POST") -> Response:
+    async def send(self, head: bytes, body: bytes, *, method: str = "POST",
+                   not_before_ns: int | None = None) -> Response:
         """Write one request (`head` from `build_head`, then Content-Length and `body`) and read
         the response head. The returned Response owns a pool slot until `aclose()`.
+
+        With `not_before_ns` (perf_counter_ns), a request ready before then (slot taken, connection
+        open, bytes encoded) is written by a loop timer at that moment, never earlier: an open loop
+        prepares each request a little ahead, and the write does not wait for the task's next step
+        behind whatever else the loop has queued (`_write_when_due`).
 
         Timestamps: `start_ns`/`started_at` are taken just before the request bytes are written
         (after any wait for a slot and any connect); `headers_ns` when the head was complete;
@@ -871,17 +936,20 @@ class HTTPTransport:
                     conn = await self._connect(deadline_ns)
                 response = Response(conn, self, reused=reused)
                 response.pool_wait_ns = pool_wait_ns
-                response.started_at = dt.datetime.now(dt.UTC)
-                response.start_ns = perf_counter_ns()
-                conn.arm(timeouts, deadline_ns)
                 try:
-                    await conn.write(message)
+                    if not_before_ns is not None and perf_counter_ns() < not_before_ns:
+                        await _write_when_due(conn, response, message, not_before_ns, timeouts, deadline_ns)
+                    else:
+                        _write_now(conn, response, message, timeouts, deadline_ns)
+                    await conn.writable()
                     await response._read_head(method)
                 except TransportError as exc:
                     self._discard(conn)
                     if reused and exc.before_response:
                         conn = None          # the server had dropped the idle connection: once more
                         continue
+                    if response.start_ns:
+                        exc.written_ns, exc.written_at = response.start_ns, response.started_at
                     raise
                 except BaseException:
                     self._discard(conn)

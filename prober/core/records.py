@@ -93,6 +93,9 @@ class Exchange:
     # Usage exactly as the wire reported it: a field that was absent stays absent.
     usage: dict[str, Any] | None = None
     headers_ns: int | None = None
+    # When the connection this attempt opened was established (None on a reused one): an open
+    # loop leaves out of its send lag the part of a connect that ran past the request's due time.
+    connected_ns: int | None = None
     first_byte_ns: int | None = None
     first_token_ns: int | None = None
     chunk_ns: list[int] = field(default_factory=list)      # each content-bearing chunk's arrival

@@ -158,6 +158,7 @@ class HTTPAdapter(TargetAdapter):
     decoder: ClassVar[type[StreamDecoder]]
     # Probe-side sampling names spelled differently on this protocol's wire.
     wire_names: ClassVar[dict[str, str]] = {}
+    writes_on_schedule: ClassVar[bool] = True
 
     def __init__(self, target: TargetConfig, base_url: str, api_key: str | None) -> None:
         super().__init__(target, base_url, api_key)
@@ -204,18 +205,21 @@ class HTTPAdapter(TargetAdapter):
 
     # sending ------------------------------------------------------------------------------------
     async def send(self, request: ChatRequest, attempt: int = 1,
-                   before_resend: Callable[[Exchange], Awaitable[None]] | None = None) -> Exchange:
+                   before_resend: Callable[[Exchange], Awaitable[None]] | None = None, *,
+                   not_before_ns: int | None = None) -> Exchange:
         """Send `request`; where the endpoint refuses a parameter (or the body's shape) in a way
         a changed body avoids, change it and send again. Each refused attempt is its own
         Exchange: `before_resend(refused)` is awaited before every resend, so that the caller can
-        store it and charge the resend to the budget and the rate limit (it may raise to stop)."""
+        store it and charge the resend to the budget and the rate limit (it may raise to stop).
+        The first attempt is written no earlier than `not_before_ns` (HTTPTransport.send)."""
         skipped = [name for name in request.sampling if name in self.rejected]
         skip = set(skipped)
         rejected_now: list[tuple[str, str]] = []
         reshaped: list[str] = []
         while True:
             body, notes = self.build_body(request, skip)
-            ex = await self._exchange(body, request.stream, attempt)
+            ex = await self._exchange(body, request.stream, attempt, not_before_ns)
+            not_before_ns = None        # a resend goes as soon as the refusal is handled
             ex.extra.update(request.stored_extra)
             name = self._rejected_param(ex, request, skip)
             if name is not None:
@@ -257,16 +261,22 @@ class HTTPAdapter(TargetAdapter):
                 candidates[self.wire_names.get(name, name)] = name
         return mentioned_param(ex.error_message, candidates) if candidates else None
 
-    async def _exchange(self, body: dict[str, Any], stream: bool, attempt: int) -> Exchange:
+    async def _exchange(self, body: dict[str, Any], stream: bool, attempt: int,
+                        not_before_ns: int | None = None) -> Exchange:
         ex = Exchange(protocol=self.protocol, url=self.url, request_body=body,
                       request_headers=dict(self._shown_headers[stream]), started_at=utcnow(),
                       start_ns=perf_counter_ns(), stream=stream, attempt=attempt)
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         try:
-            response = await self._transport.send(self._heads[stream], payload)
+            response = await self._transport.send(self._heads[stream], payload, not_before_ns=not_before_ns)
         except Exception as exc:
             ex.end_ns = perf_counter_ns()
             ex.error_type, ex.error_message = classify_error(exc=exc)
+            if isinstance(exc, TransportError) and exc.written_ns is not None:
+                # Written, then failed before the response head: timed from the write, as an
+                # answered request is (a request prepared ahead was written later than this
+                # Exchange was made, when it was due).
+                ex.start_ns, ex.started_at = exc.written_ns, exc.written_at or ex.started_at
             return ex
         try:
             self._take_head(ex, response)
@@ -298,6 +308,7 @@ class HTTPAdapter(TargetAdapter):
         ex.request_id = headers.get("request-id") or headers.get("x-request-id")
         if response.connect_ns is not None:
             ex.extra["connect_ms"] = round(response.connect_ns / 1e6, 3)
+            ex.connected_ns = response.connected_ns
             if response.proxy_connect_ns is not None:
                 # Through a proxy: which one (never its credentials), and its share of connect_ms.
                 ex.extra["proxy"] = self._transport.proxy.address       # type: ignore[union-attr]

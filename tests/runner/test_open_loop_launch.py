@@ -14,11 +14,12 @@ import pytest
 from rich.console import Console
 
 from prober import event_loop
+from prober import session as session_module
 from prober.budget import RunBudget
 from prober.core.config import Budget, RunnerConfig, TargetConfig
 from prober.core.records import ChatRequest, Exchange, utcnow
 from prober.progress import RunProgress
-from prober.session import TargetGate, TargetSession
+from prober.session import TargetGate, TargetSession, send_lag_ns
 from prober.targets.base import TargetAdapter
 
 pytestmark = pytest.mark.unit
@@ -45,6 +46,25 @@ class _StampingAdapter(TargetAdapter):
 
     async def aclose(self):
         pass
+
+
+class _OnScheduleAdapter(_StampingAdapter):
+    """Writes on schedule: notes when each request was handed over and when it is due, and
+    "writes" it then."""
+
+    writes_on_schedule = True
+
+    def __init__(self, hold_s: float) -> None:
+        super().__init__(hold_s)
+        self.handed: dict[int, tuple[int, int]] = {}     # index -> (perf_counter_ns at send, due)
+
+    async def send(self, request, attempt=1, before_resend=None, *, not_before_ns=None):
+        assert not_before_ns is not None
+        self.handed[request.stored_extra["index"]] = (time.perf_counter_ns(), not_before_ns)
+        await asyncio.sleep(max(not_before_ns - time.perf_counter_ns(), 0) / 1e9)
+        while time.perf_counter_ns() < not_before_ns:       # uvloop's sleeps end up to 1 ms early
+            await asyncio.sleep(0)
+        return await super().send(request, attempt, before_resend)
 
 
 @pytest.fixture(params=event_loop.CHOICES)
@@ -134,3 +154,53 @@ def test_the_levels_exchanges_are_freed_without_the_garbage_collector(run_on):
         assert [ref() for ref in refs] == [None] * len(offsets)
     finally:
         gc.enable()
+
+
+def test_an_adapter_that_writes_on_schedule_gets_each_request_ahead_with_its_due_time(run_on, monkeypatch):
+    # A lead of 50 ms instead of 5: "handed over before it was due" then holds on a busy machine.
+    lead_ns = 50_000_000
+    monkeypatch.setattr(session_module, "SEND_LEAD_NS", lead_ns)
+    offsets = [0.0, 0.012, 0.012, 0.060, 0.100, 0.101]
+    adapter = _OnScheduleAdapter(hold_s=0.01)
+
+    async def main():
+        session = _session(adapter)
+        t0 = time.perf_counter_ns()
+        exchanges = await session.open_loop(offsets_s=offsets, make_request=_request, max_concurrency=None,
+                                            case="c", labels={}, title="t")
+        return t0, exchanges
+
+    t0, exchanges = run_on(main())
+    assert sorted(adapter.handed) == list(range(len(offsets)))
+    due = {i: not_before for i, (_, not_before) in adapter.handed.items()}
+    for i, offset in enumerate(offsets):
+        # The schedule's own due times, anchored once: their differences are the offsets exactly.
+        assert due[i] - due[0] == round(offset * 1e9) - round(offsets[0] * 1e9)
+        assert due[i] >= t0 + round(offset * 1e9)
+        handed_ns = adapter.handed[i][0]
+        assert handed_ns >= due[i] - lead_ns, (i, (due[i] - handed_ns) / 1e6)     # at most the lead early
+        if offset >= lead_ns / 1e9:
+            assert handed_ns < due[i], (i, (handed_ns - due[i]) / 1e6)          # and ahead of time
+    # send_lag_ms counts from the write (start_ns, when due), not from the early hand-over.
+    for i, ex in enumerate(exchanges):
+        assert ex.start_ns >= due[i]
+        assert ex.extra["send_lag_ms"] == round((ex.start_ns - due[i]) / 1e6, 3)
+
+
+def test_send_lag_leaves_out_only_the_part_of_a_connect_after_the_request_was_ready():
+    ms = 1_000_000
+    # Reused connection, written 0.4 ms after it was ready.
+    assert send_lag_ns(start_ns=100_400_000, ready_ns=100 * ms, connect_ns=0, connected_ns=None) == 400_000
+    # A connect of 30 ms begun 1 ms after ready (a request started when due): the connect is left out.
+    assert send_lag_ns(start_ns=131 * ms + 200_000, ready_ns=100 * ms, connect_ns=30 * ms,
+                       connected_ns=131 * ms) == 1 * ms + 200_000
+    # The same, from an adapter that does not report when the connect ended (taken as the write).
+    assert send_lag_ns(start_ns=131 * ms, ready_ns=100 * ms, connect_ns=30 * ms, connected_ns=None) == 1 * ms
+    # Opened ahead, done 2 ms before the request was due: nothing to leave out.
+    assert send_lag_ns(start_ns=100 * ms + 300_000, ready_ns=100 * ms, connect_ns=3 * ms,
+                       connected_ns=98 * ms) == 300_000
+    # Begun 4 ms ahead, done 6 ms after the due time: those 6 ms are the network's.
+    assert send_lag_ns(start_ns=106 * ms + 100_000, ready_ns=100 * ms, connect_ns=10 * ms,
+                       connected_ns=106 * ms) == 100_000
+    # Prepared ahead and refused at connect, 3 ms before it was due: not late.
+    assert send_lag_ns(start_ns=97 * ms, ready_ns=100 * ms, connect_ns=0, connected_ns=None) == 0
