@@ -85,11 +85,8 @@ def _request(i: int) -> ChatRequest:
     return ChatRequest(messages=[{"role": "user", "content": "x"}], stored_extra={"index": i})
 
 
-def test_each_request_starts_once_in_schedule_order_and_never_before_it_is_due(run_on):
-    # Out of order on purpose, with ties and a burst of requests due at the same moment.
-    offsets = [0.030, 0.0, 0.010, 0.010, 0.050, 0.020, 0.020, 0.020, 0.0005, 0.045]
-    adapter = _StampingAdapter(hold_s=0.02)
-
+def _open_loop(run_on, adapter: TargetAdapter, offsets: list[float]) -> tuple[int, list[Exchange]]:
+    """Run one open loop over `offsets`; returns perf_counter_ns just before it began, and its exchanges."""
     async def main():
         session = _session(adapter)
         t0 = time.perf_counter_ns()
@@ -97,7 +94,15 @@ def test_each_request_starts_once_in_schedule_order_and_never_before_it_is_due(r
                                             case="c", labels={}, title="t")
         return t0, exchanges
 
-    t0, exchanges = run_on(main())
+    return run_on(main())
+
+
+def test_each_request_starts_once_in_schedule_order_and_never_before_it_is_due(run_on):
+    # Out of order on purpose, with ties and a burst of requests due at the same moment.
+    offsets = [0.030, 0.0, 0.010, 0.010, 0.050, 0.020, 0.020, 0.020, 0.0005, 0.045]
+    adapter = _StampingAdapter(hold_s=0.02)
+
+    t0, exchanges = _open_loop(run_on, adapter, offsets)
     assert len(exchanges) == len(offsets)
     sent = dict(adapter.sent)
     assert sorted(sent) == list(range(len(offsets)))              # each exactly once
@@ -163,14 +168,7 @@ def test_an_adapter_that_writes_on_schedule_gets_each_request_ahead_with_its_due
     offsets = [0.0, 0.012, 0.012, 0.060, 0.100, 0.101]
     adapter = _OnScheduleAdapter(hold_s=0.01)
 
-    async def main():
-        session = _session(adapter)
-        t0 = time.perf_counter_ns()
-        exchanges = await session.open_loop(offsets_s=offsets, make_request=_request, max_concurrency=None,
-                                            case="c", labels={}, title="t")
-        return t0, exchanges
-
-    t0, exchanges = run_on(main())
+    t0, exchanges = _open_loop(run_on, adapter, offsets)
     assert sorted(adapter.handed) == list(range(len(offsets)))
     due = {i: not_before for i, (_, not_before) in adapter.handed.items()}
     for i, offset in enumerate(offsets):
