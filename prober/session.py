@@ -174,7 +174,7 @@ class TargetSession:
                 await self._throttle()
                 if not_before_ns is None:
                     exchange = await self.adapter.send(request, attempt=attempt, before_resend=before_resend)
-                else:
+                else:       # only an adapter that writes on schedule takes not_before_ns (open_loop)
                     exchange = await self.adapter.send(request, attempt=attempt, before_resend=before_resend,
                                                        not_before_ns=not_before_ns)   # type: ignore[call-arg]
                     not_before_ns = None           # a retry goes after its backoff
