@@ -21,6 +21,7 @@ import pytest
 
 from tests.support import writer_fork_server
 from tests.support.alertmanager import alertmanager_url  # noqa: F401
+from tests.support.event_loops import run_on  # noqa: F401
 from tests.support.llama import llama_servers  # noqa: F401
 from tests.support.postgres import postgres_url  # noqa: F401
 from tests.support.timing import retry_summary_lines, take_retries

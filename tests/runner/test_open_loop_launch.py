@@ -13,7 +13,6 @@ import weakref
 import pytest
 from rich.console import Console
 
-from prober import event_loop
 from prober import session as session_module
 from prober.budget import RunBudget
 from prober.core.config import Budget, RunnerConfig, TargetConfig
@@ -65,13 +64,6 @@ class _OnScheduleAdapter(_StampingAdapter):
         while time.perf_counter_ns() < not_before_ns:       # uvloop's sleeps end up to 1 ms early
             await asyncio.sleep(0)
         return await super().send(request, attempt, before_resend)
-
-
-@pytest.fixture(params=event_loop.CHOICES)
-def run_on(request, monkeypatch):
-    """event_loop.run on each loop prober can run on."""
-    monkeypatch.setenv(event_loop.ENV, request.param)
-    return event_loop.run
 
 
 def _session(adapter: TargetAdapter) -> TargetSession:

@@ -12,18 +12,11 @@ from time import perf_counter_ns
 
 import pytest
 
-from prober import event_loop
 from prober.core.config import Timeouts
 from prober.transport import HTTPTransport, TransportError, build_head, split_url
 from tests.support.scripted_server import ScriptedServer, response_bytes
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(60)]
-
-
-@pytest.fixture(params=event_loop.CHOICES)
-def run_on(request, monkeypatch):
-    monkeypatch.setenv(event_loop.ENV, request.param)
-    return event_loop.run
 
 
 class _StampingServer:
