@@ -749,11 +749,9 @@ async def _write_when_due(conn: _Connection, response: Response, message: bytes,
     written: asyncio.Future[None] = loop.create_future()
     handle: asyncio.TimerHandle | None = None
 
-    def fire() -> None:
+    def fire() -> None:       # never after a cancel: the waiting task cancels its timer first
         nonlocal handle
         handle = None
-        if written.done():
-            return
         now = perf_counter_ns()
         if now < due_ns:
             handle = loop.call_later((due_ns - now) / 1e9, fire)
