@@ -171,3 +171,26 @@ def test_a_failure_after_the_write_says_when_the_request_was_written(run_on):
     due_ns, error = run_on(main())
     assert error.kind == "timeout" and error.written_ns is not None and error.written_ns >= due_ns
     assert error.written_at is not None
+
+
+def test_a_request_cancelled_while_it_waits_is_never_written(run_on):
+    server = _StampingServer()
+
+    async def main():
+        transport, head = _transport(server.url)
+        waiting = asyncio.create_task(transport.send(head, b"cancelled", not_before_ns=perf_counter_ns() + 100_000_000))
+        await asyncio.sleep(0.02)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await asyncio.sleep(0.2)            # past the due time: its timer must not write it
+        response = await transport.send(head, b"next")      # and its pool slot was given back
+        await response.read()
+        await response.aclose()
+        await transport.aclose()
+
+    try:
+        run_on(main())
+    finally:
+        server.close()
+    assert [body for body, _ in server.arrivals] == [b"next"]
