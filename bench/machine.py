@@ -1,15 +1,25 @@
-"""How busy the machine is with work that is not the benchmark's (Linux /proc; elsewhere unknown).
+"""How busy the machine is with work that is not the benchmark's (Linux /proc; elsewhere unknown),
+and how fast its CPU runs the same fixed work from one minute to the next.
 
 On 2 cores a test suite or a model server running beside the benchmark moves every figure, so each
 phase records the CPU share that other processes used while it ran, and a level can wait for the
 machine to go quiet before it starts.
+
+A virtual machine can also slow down with nothing of its own running: on the project's 2-core
+machine a fixed loop of `json.loads` calls took 452-470 ms for minutes at a time, then 540-904 ms,
+while every other process stayed at 0-3% of the CPU (2 December 2026). The host takes the time,
+and no counter inside the guest shows it (/proc/stat's steal column stayed flat). `HostSpeed`
+times a fixed workload between phases, so each phase says how fast the host ran it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import sys
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -110,3 +120,122 @@ def raise_fd_limit(needed: int = 0) -> int:
         except (ValueError, OSError):
             pass
     return soft
+
+
+_PROBE_TEXT = json.dumps({"id": "chatcmpl-probe", "choices": [{"index": 0, "delta": {"content": " word"}}],
+                          "usage": None, "created": 1727346168})
+
+
+class HostSpeed:
+    """Times a fixed single-threaded workload (about 25 ms on a fast host) from the driver process,
+    between phases, while the benchmark's own processes are idle. The fastest time seen in the run
+    is the host's normal speed; `slowdown(ms)` is a probe's time over it (1.0 = as fast as the
+    run's best). The best of three repetitions makes one probe, so a single interruption does not
+    count as a slow host."""
+
+    LOOPS = 12_000
+
+    def __init__(self) -> None:
+        self.best_ms = float("inf")
+
+    def probe(self) -> float:
+        loads = json.loads
+        times = []
+        for _ in range(3):
+            started = time.perf_counter()
+            for _ in range(self.LOOPS):
+                loads(_PROBE_TEXT)
+            times.append(1e3 * (time.perf_counter() - started))
+        ms = min(times)
+        self.best_ms = min(self.best_ms, ms)
+        return ms
+
+    def slowdown(self, ms: float | None) -> float | None:
+        return None if ms is None else ms / self.best_ms
+
+    def wait_until_steady(self, tolerance: float, max_wait: float, pause: float = 2.0) -> float:
+        """Probe until the host runs within `tolerance` of the run's best speed so far (at most
+        `max_wait` s); returns the last probe's time in ms."""
+        deadline = time.monotonic() + max_wait
+        while True:
+            ms = self.probe()
+            if ms <= self.best_ms * (1 + tolerance) or time.monotonic() >= deadline:
+                return ms
+            time.sleep(pause)
+
+    def run_level(self, run: Callable[[Callable[[dict], None]], list[dict]], label: str, *,
+                  tolerance: float, retries: int, max_wait: float) -> tuple[list[dict], list[dict]]:
+        """Run one level's phases on a host whose speed holds still: wait (up to `max_wait` s) for
+        the run's best speed, then `run(stamp)`, which calls `stamp(result)` after each phase.
+        `stamp` probes the host (`host_before_ms`, `host_after_ms`) and reads the loopback server's
+        CPU per request during the phase (`server_cpu_us`, from the result's "server" stats: the
+        server does the same work for any client, so this gauges the host *during* the phase, where
+        the probes see only its ends). When either differs between the level's phases by more than
+        `tolerance`, the phases compared with each other ran on different hosts, so the level runs
+        again, at most `retries` times, and every rerun is printed. Returns (the phases kept, the
+        phases discarded)."""
+        discarded: list[dict] = []
+        for attempt in range(retries + 1):
+            latest = [self.wait_until_steady(tolerance, max_wait) if max_wait > 0 else self.probe()]
+            first = latest[0]
+
+            def stamp(result: dict, latest: list[float] = latest) -> None:
+                result["host_before_ms"] = latest[0]
+                latest[0] = self.probe()
+                result["host_after_ms"] = latest[0]
+                result["server_cpu_us"] = server_cpu_us(result)
+
+            phases = run(stamp)
+            probes = [first] + [p["host_after_ms"] for p in phases]
+            gauges = [p["server_cpu_us"] for p in phases if p["server_cpu_us"]]
+            steady = max(probes) <= min(probes) * (1 + tolerance) and \
+                (not gauges or max(gauges) <= min(gauges) * (1 + tolerance))
+            if steady or attempt == retries:
+                return phases, discarded
+            gauge_text = f", server CPU {min(gauges):.0f}-{max(gauges):.0f} us a request" if gauges else ""
+            print(f"{label}: the host's speed changed during the level (fixed-work probe "
+                  f"{min(probes):.0f}-{max(probes):.0f} ms{gauge_text}; {tolerance:.0%} allowed): running it "
+                  f"again ({attempt + 1} of {retries})", file=sys.stderr, flush=True)
+            discarded.extend(phases)
+        raise AssertionError("unreachable: the last attempt returns")
+
+
+def server_cpu_us(result: dict) -> float | None:
+    """The loopback server's CPU time per request it served during the phase, from its stats."""
+    stats = result.get("server") or {}
+    if not stats.get("served") or stats.get("cpu_s") is None:
+        return None
+    return 1e6 * stats["cpu_s"] / stats["served"]
+
+
+def mark_slowdowns(phases: list[dict], host: HostSpeed, level_key: str) -> None:
+    """Each phase's `host_slowdown`: the larger of its probes over the run's best probe, and its
+    server CPU per request over the lowest of the phases of the same level (same concurrency or
+    rate: the server's work per request differs between levels)."""
+    lowest: dict = {}
+    for phase in phases:
+        gauge = phase.get("server_cpu_us")
+        if gauge:
+            key = phase[level_key]
+            lowest[key] = min(lowest.get(key, gauge), gauge)
+    for phase in phases:
+        probe = host.slowdown(max(phase["host_before_ms"], phase["host_after_ms"]))
+        gauge = phase.get("server_cpu_us")
+        phase["host_slowdown"] = max(probe or 0.0, gauge / lowest[phase[level_key]] if gauge else 0.0) or None
+
+
+def host_notes(rows: list[dict], discarded: list[dict], tolerance: float, where: str = "printed above") -> list[str]:
+    """What the reader of a table needs to know about the host's speed during the run."""
+    notes = []
+    if discarded:
+        notes.append(f"{len(discarded)} phase(s) ran again because the host's speed changed during their "
+                     f"level ({where})")
+    slow = [r for r in rows if (r.get("host_slowdown") or 0) > 1 + tolerance]
+    if slow:
+        worst = max(r["host_slowdown"] for r in slow)
+        notes.append(f"the host ran up to {worst:.2f}x slower than its best of the run during {len(slow)} of "
+                     f"{len(rows)} rows (column 'host slowdown': a fixed workload timed between phases over "
+                     f"its fastest time in the run, or the loopback server's CPU per request over its lowest "
+                     f"at the same level, whichever is larger): their absolute figures (req/s, CPU "
+                     f"ms/request, lags) are the slowed host's, not the client's")
+    return notes

@@ -22,6 +22,7 @@ achieved rate at least 99% of the schedule's. Exit status 1 when one is missed. 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -34,7 +35,14 @@ sys.path[1:1] = [str(BENCH.parent)]        # prober from this checkout, installe
 import machine  # noqa: E402
 import peers  # noqa: E402
 import sse_server  # noqa: E402
-from ttft_overhead import FIRST_DELAY_MS, QUIET_SHARE, Child, _fmt, start_processes  # noqa: E402
+from ttft_overhead import (  # noqa: E402
+    FIRST_DELAY_MS,
+    QUIET_SHARE,
+    STEADY_TOLERANCE,
+    Child,
+    _fmt,
+    start_processes,
+)
 
 DEFAULT_RATES = (200.0, 500.0, 800.0)
 SEND_LAG_P99_TARGET_MS = 2.0
@@ -56,6 +64,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=13, help="seed of the schedules (default %(default)s)")
     parser.add_argument("--wait-quiet", type=float, default=15.0, metavar="SECONDS",
                         help="before each rate, wait up to this long for a quiet machine (0: never)")
+    parser.add_argument("--wait-steady", type=float, default=60.0, metavar="SECONDS",
+                        help="before each rate, wait up to this long for the host to run a fixed workload "
+                             f"within {STEADY_TOLERANCE:.0%}% of the run's best time (default %(default)s; 0: "
+                             "do not wait)")
+    parser.add_argument("--steady-retries", type=int, default=2, metavar="N",
+                        help="run a rate again (reference and prober), at most N times, when the host's speed "
+                             f"changed by more than {STEADY_TOLERANCE:.0%}% between their phases; every rerun "
+                             "is printed (default %(default)s)")
+    parser.add_argument("--json", default=None, help="also write every phase's raw results to this file")
     parser.add_argument("--guidellm", default=os.environ.get("PROBER_BENCH_GUIDELLM"),
                         help="guidellm's console script (default $PROBER_BENCH_GUIDELLM)")
     parser.add_argument("--aiperf", default=os.environ.get("PROBER_BENCH_AIPERF"),
@@ -64,6 +81,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.rates = [float(r) for r in args.rates.split(",")]
     if min(args.rates) <= 0 or args.duration <= 0 or args.repeat < 1:
         parser.error("rates and --duration must be positive, --repeat at least 1")
+    if args.steady_retries < 0 or args.wait_steady < 0:
+        parser.error("--steady-retries and --wait-steady cannot be negative")
     return args
 
 
@@ -96,7 +115,7 @@ def peer_tokenizer(args: argparse.Namespace, scratch: Path) -> Path | None:
     return None
 
 
-def run(args: argparse.Namespace, db_url: str, scratch: Path) -> list[dict]:
+def run(args: argparse.Namespace, db_url: str, scratch: Path, discarded: list[dict]) -> list[dict]:
     tokenizer = peer_tokenizer(args, scratch)
     children: list[Child] = []
     try:
@@ -106,40 +125,58 @@ def run(args: argparse.Namespace, db_url: str, scratch: Path) -> list[dict]:
         server.ask("stats")
         pids = [os.getpid()] + [child.process.pid for child in children]
         phases = []
+        host = machine.HostSpeed()
+        host.probe()
         for rep in range(args.repeat):
             for index, rate in enumerate(args.rates):
                 count = max(2, round(rate * args.duration))
                 offsets = level_offsets(rate, count, args.seed + rep)
-                if args.wait_quiet > 0:
-                    machine.wait_until_quiet(pids, QUIET_SHARE, args.wait_quiet)
                 clients = [REFERENCE, PROBER] if (rep + index) % 2 == 0 else [PROBER, REFERENCE]
-                for client in clients:
-                    child = reference if client == REFERENCE else tested
-                    message = {"offsets_s": offsets} if client == REFERENCE else \
-                        {"count": count, "conformance": True, "rate_rps": rate, "seed": args.seed + rep}
-                    before = machine.snapshot(pids)
-                    ticks = machine.tree_ticks([child.process.pid])
-                    result = child.ask(message)
-                    ticks = machine.tree_ticks([child.process.pid]) - ticks
-                    result.update(client=client, rate=rate, count=count, rep=rep,
-                                  scheduled_rate=achieved_rate([round(o * 1e9) for o in offsets]),
-                                  cpu_s=machine.ticks_to_seconds(ticks) if ticks > 0 else result["cpu_s"],
-                                  other_cpu=machine.other_share(before, machine.snapshot(pids)),
-                                  server=server.ask("stats"))
-                    phases.append(result)
-                    print(f"pass {rep + 1}/{args.repeat}  {rate:>5g}/s  {client:<10} {count:>5} requests in "
-                          f"{result['wall_s']:6.2f}s, {len(result['errors'])} errors", file=sys.stderr, flush=True)
+
+                def run_level(stamp, rate=rate, count=count, offsets=offsets, clients=clients,
+                              rep=rep) -> list[dict]:
+                    if args.wait_quiet > 0:
+                        machine.wait_until_quiet(pids, QUIET_SHARE, args.wait_quiet)
+                    done = []
+                    for client in clients:
+                        child = reference if client == REFERENCE else tested
+                        message = {"offsets_s": offsets} if client == REFERENCE else \
+                            {"count": count, "conformance": True, "rate_rps": rate, "seed": args.seed + rep}
+                        before = machine.snapshot(pids)
+                        ticks = machine.tree_ticks([child.process.pid])
+                        result = child.ask(message)
+                        ticks = machine.tree_ticks([child.process.pid]) - ticks
+                        result.update(client=client, rate=rate, count=count, rep=rep,
+                                      scheduled_rate=achieved_rate([round(o * 1e9) for o in offsets]),
+                                      cpu_s=machine.ticks_to_seconds(ticks) if ticks > 0 else result["cpu_s"],
+                                      other_cpu=machine.other_share(before, machine.snapshot(pids)),
+                                      server=server.ask("stats"))
+                        stamp(result)
+                        done.append(result)
+                        print(f"pass {rep + 1}/{args.repeat}  {rate:>5g}/s  {client:<10} {count:>5} requests in "
+                              f"{result['wall_s']:6.2f}s, {len(result['errors'])} errors", file=sys.stderr,
+                              flush=True)
+                    return done
+
+                kept, dropped = host.run_level(run_level, f"pass {rep + 1}/{args.repeat}  {rate:g}/s",
+                                               tolerance=STEADY_TOLERANCE, retries=args.steady_retries,
+                                               max_wait=args.wait_steady)
+                phases += kept
+                discarded += dropped
                 for name, script in (("guidellm", args.guidellm), ("aiperf", args.aiperf)):
                     if args.wait_quiet > 0 and peers.available(script):
                         machine.wait_until_quiet(pids, QUIET_SHARE, args.wait_quiet)
                     before = machine.snapshot(pids)
+                    host_before = host.probe()
                     result = peers.run_peer(name, script, base_url, rate, count, sse_server.MODEL, tokenizer)
                     phases.append({**result, "client": name, "rate": rate, "count": count, "rep": rep,
                                    "other_cpu": machine.other_share(before, machine.snapshot(pids)),
-                                   "server": server.ask("stats")})
+                                   "server": server.ask("stats"), "host_before_ms": host_before,
+                                   "host_after_ms": host.probe()})
                     if "unavailable" not in result:
                         print(f"pass {rep + 1}/{args.repeat}  {rate:>5g}/s  {name:<10} {count:>5} requests, "
                               f"{len(result['errors'])} errors", file=sys.stderr, flush=True)
+        machine.mark_slowdowns(phases + discarded, host, "rate")
         return phases
     finally:
         for child in reversed(children):
@@ -177,6 +214,7 @@ def summarize(args: argparse.Namespace, phases: list[dict]) -> list[dict]:
                 "stored_ok": all(p["stored"] == p["count"] for p in mine) if client == PROBER else None,
                 "server_late_p99": max(((p.get("server") or {}).get("first_late_p99_ms") or 0.0) for p in mine),
                 "other_cpu": max((p["other_cpu"] for p in mine if p.get("other_cpu") is not None), default=None),
+                "host_slowdown": max((p["host_slowdown"] for p in mine), default=None),
                 "first_errors": [e for p in mine for e in p["errors"]][:3],
             }
         ref = by_client.get(REFERENCE)
@@ -194,7 +232,7 @@ def summarize(args: argparse.Namespace, phases: list[dict]) -> list[dict]:
 def print_table(rows: list[dict]) -> None:
     header = ["rate/s", "client", "requests", "errors", "send lag p50 ms", "send lag p99 ms",
               "TTFT overhead p50 ms", "p99 ms", "p99 / ref", "achieved/s", "of schedule", "client CPU ms/req",
-              "client loop lag p99 ms", "server late p99 ms", "other CPU %"]
+              "client loop lag p99 ms", "server late p99 ms", "other CPU %", "host slowdown"]
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join(" --- " for _ in header) + "|")
     for r in rows:
@@ -205,7 +243,8 @@ def print_table(rows: list[dict]) -> None:
         cells = [f"{r['rate']:g}", r["client"], str(r["n"]), str(r["errors"]), _fmt(r["lag_p50"], 2),
                  _fmt(r["lag_p99"], 2), _fmt(r["p50"]), _fmt(r["p99"]), _fmt(r["ratio"], 2), _fmt(r["achieved"], 0),
                  "-" if share is None else f"{100 * share:.1f}%", _fmt(r["cpu_ms"], 2), _fmt(r["loop_lag_p99"]),
-                 _fmt(r["server_late_p99"]), _fmt(None if r["other_cpu"] is None else 100 * r["other_cpu"], 0)]
+                 _fmt(r["server_late_p99"]), _fmt(None if r["other_cpu"] is None else 100 * r["other_cpu"], 0),
+                 _fmt(r["host_slowdown"], 2)]
         print("| " + " | ".join(cells) + " |")
 
 
@@ -233,8 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     machine.raise_fd_limit()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="prober-open-loop-") as tmp:
-        phases = run(args, f"sqlite:///{tmp}/bench.db", Path(tmp))
+        discarded: list[dict] = []
+        phases = run(args, f"sqlite:///{tmp}/bench.db", Path(tmp), discarded)
     rows = summarize(args, phases)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "phases": phases, "rows": rows,
+                                               "discarded": discarded}, indent=1, default=str))
     from prober import event_loop
 
     print(f"\nOpen loop on loopback (Poisson; true TTFT {FIRST_DELAY_MS:g} ms, overhead = measured - "
@@ -247,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nnote: other processes used more than {QUIET_SHARE:.0%} of the CPU during {len(disturbed)} of "
               f"{len(rows)} rows (column 'other CPU %'): absolute figures are disturbed; compare with the "
               f"reference of the same rate")
+    for note in machine.host_notes(rows, discarded, STEADY_TOLERANCE,
+                                   "printed above; with --json, kept under 'discarded'"):
+        print(f"\nnote: {note}")
     print()
     verdicts = judge(rows)
     for text, ok in verdicts:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from multiprocessing.connection import Connection
 
 import machine
@@ -148,17 +149,22 @@ class FixedDelayServer:
         self.head, self.writes = encode_response(n_chunks)
         self.first_lateness_ms: list[float] = []
         self.served = 0
+        self.cpu_mark = time.process_time()
 
     def take_stats(self) -> dict:
         lateness = sorted(self.first_lateness_ms)
         self.first_lateness_ms = []
         served, self.served = self.served, 0
+        # The server does the same work for every request whichever client sent it, so its CPU time
+        # per request moves only with the host's speed: a gauge of the host during each phase.
+        cpu_now = time.process_time()
+        cpu_s, self.cpu_mark = cpu_now - self.cpu_mark, cpu_now
 
         def pick(q: float) -> float | None:
             return lateness[min(len(lateness) - 1, int(q * len(lateness)))] if lateness else None
 
         return {"served": served, "first_late_p50_ms": pick(0.50), "first_late_p99_ms": pick(0.99),
-                "first_late_max_ms": lateness[-1] if lateness else None}
+                "first_late_max_ms": lateness[-1] if lateness else None, "cpu_s": cpu_s}
 
 
 def serve(control: Connection, first_delay: float = 0.100, gap: float = 0.020, backlog: int = 4096) -> None:

@@ -53,6 +53,9 @@ CPU_TARGET_MS = 1.5     # client CPU per request at RATE_LEVEL, its processes to
 RATE_LEVEL = 512
 RATIO_LEVELS = (256, 512)
 QUIET_SHARE = 0.10      # other processes' share of the machine's CPU above which a phase is disturbed
+# How far the host's speed (machine.HostSpeed, a fixed workload timed between phases) may move
+# within one level: in its fast state the probe varies by about 4%, its slow state is 15-95% slower.
+STEADY_TOLERANCE = 0.15
 REPLY_TIMEOUT_S = 900.0
 
 REFERENCE = "reference"
@@ -82,6 +85,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--wait-quiet", type=float, default=30.0, metavar="SECONDS",
                         help="before each level, wait up to this long for other processes to use less than "
                              "10%% of the CPU (default %(default)s; 0 to start at once)")
+    parser.add_argument("--wait-steady", type=float, default=60.0, metavar="SECONDS",
+                        help="before each level, wait up to this long for the host to run a fixed workload "
+                             f"within {STEADY_TOLERANCE:.0%}% of the run's best time (default %(default)s; 0: "
+                             "do not wait)")
+    parser.add_argument("--steady-retries", type=int, default=2, metavar="N",
+                        help="run a judged level (256, 512) again, at most N times, when the host's speed "
+                             f"changed by more than {STEADY_TOLERANCE:.0%}% between its phases; every rerun is "
+                             "printed (default %(default)s)")
     parser.add_argument("--db", default=None, help="keep the SQLite store at this path (default: a temp dir)")
     parser.add_argument("--json", default=None, help="also write every phase's raw results to this file")
     parser.add_argument("--profile", default=None, metavar="DIR",
@@ -99,6 +110,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.requests = [int(x) for x in args.requests.split(",")]
     if len(args.requests) != len(args.levels) or min(args.levels) < 1 or args.repeat < 1:
         parser.error("--requests needs one positive count per level; levels and --repeat must be >= 1")
+    if args.steady_retries < 0 or args.wait_steady < 0:
+        parser.error("--steady-retries and --wait-steady cannot be negative")
     # Whole rounds only: a last round with a few requests in flight would understate the rate.
     args.requests = [level * max(1, round(n * args.scale / level)) for level, n in zip(args.levels, args.requests)]
     args.conformance = [mode.strip() for mode in args.conformance.split(",")]
@@ -184,7 +197,7 @@ def start_processes(db_url: str, max_in_flight: int,
     return server, reference, tested, base_url
 
 
-def run_phases(args: argparse.Namespace, db_url: str, profiles: list[dict]) -> list[dict]:
+def run_phases(args: argparse.Namespace, db_url: str, profiles: list[dict], discarded: list[dict]) -> list[dict]:
 
     children: list[Child] = []
     try:
@@ -209,26 +222,45 @@ def run_phases(args: argparse.Namespace, db_url: str, profiles: list[dict]) -> l
             raise RuntimeError("--profile needs py-spy on PATH (pip install py-spy)")
         pids = [os.getpid()] + [child.process.pid for child in children]
         phases = []
+        host = machine.HostSpeed()
+        host.probe()
         for rep in range(args.repeat):
             for index, (level, count) in enumerate(zip(args.levels, args.requests)):
-                if args.wait_quiet > 0:
-                    machine.wait_until_quiet(pids, QUIET_SHARE, args.wait_quiet)
                 shift = (rep + index) % len(clients)
-                for client in clients[shift:] + clients[:shift]:
-                    child, message = command(client, level, count)
-                    before = machine.snapshot(pids)
-                    client_ticks = machine.tree_ticks([child.process.pid])
-                    result = child.ask(message)
-                    client_ticks = machine.tree_ticks([child.process.pid]) - client_ticks
-                    if client_ticks > 0:     # the client's processes over the whole level, store drain included
-                        result["cpu_s"] = machine.ticks_to_seconds(client_ticks)
-                    result.update(client=client, concurrency=level, count=count, rep=rep,
-                                  other_cpu=machine.other_share(before, machine.snapshot(pids)),
-                                  server=server.ask("stats"))
-                    phases.append(result)
-                    print(f"pass {rep + 1}/{args.repeat}  c={level:<4} {client:<18} {count:>5} requests "
-                          f"in {result['wall_s']:6.2f}s, {len(result['errors'])} errors",
-                          file=sys.stderr, flush=True)
+                order = clients[shift:] + clients[:shift]
+
+                def run_level(stamp, level=level, count=count, order=order, rep=rep) -> list[dict]:
+                    if args.wait_quiet > 0:
+                        machine.wait_until_quiet(pids, QUIET_SHARE, args.wait_quiet)
+                    done = []
+                    for client in order:
+                        child, message = command(client, level, count)
+                        before = machine.snapshot(pids)
+                        client_ticks = machine.tree_ticks([child.process.pid])
+                        result = child.ask(message)
+                        client_ticks = machine.tree_ticks([child.process.pid]) - client_ticks
+                        if client_ticks > 0:     # the client's processes over the whole level, store drain included
+                            result["cpu_s"] = machine.ticks_to_seconds(client_ticks)
+                        result.update(client=client, concurrency=level, count=count, rep=rep,
+                                      other_cpu=machine.other_share(before, machine.snapshot(pids)),
+                                      server=server.ask("stats"))
+                        stamp(result)
+                        done.append(result)
+                        print(f"pass {rep + 1}/{args.repeat}  c={level:<4} {client:<18} {count:>5} requests "
+                              f"in {result['wall_s']:6.2f}s, {len(result['errors'])} errors",
+                              file=sys.stderr, flush=True)
+                    return done
+
+                # Only the judged levels run again: c=1 takes 72 s a pass, and its figures hardly
+                # move with the host's speed (one stream leaves the CPU idle).
+                judged = level in RATIO_LEVELS or level == RATE_LEVEL
+                kept, dropped = host.run_level(run_level, f"pass {rep + 1}/{args.repeat}  c={level}",
+                                               tolerance=STEADY_TOLERANCE,
+                                               retries=args.steady_retries if judged else 0,
+                                               max_wait=args.wait_steady)
+                phases += kept
+                discarded += dropped
+        machine.mark_slowdowns(phases + discarded, host, "concurrency")
         if args.profile:
             level, count = args.levels[-1], 2 * args.requests[-1]     # long enough for ~1,000 samples
             for client in clients[1:]:
@@ -268,6 +300,7 @@ def summarize(args: argparse.Namespace, phases: list[dict]) -> tuple[list[dict],
                 "gc_max_ms": max(p["gc_max_ms"] for p in mine),
                 "server_late_p99": max((p["server"]["first_late_p99_ms"] or 0.0) for p in mine),
                 "other_cpu": max((p["other_cpu"] for p in mine if p["other_cpu"] is not None), default=None),
+                "host_slowdown": max((p["host_slowdown"] for p in mine), default=None),
                 "loop_lag_p99": max((p.get("loop_lag_p99_ms") or 0.0 for p in mine), default=None)
                 if client != REFERENCE else None,
                 "unstored": max(p["unstored_at_end"] for p in mine) if client != REFERENCE else None,
@@ -288,7 +321,7 @@ def summarize(args: argparse.Namespace, phases: list[dict]) -> tuple[list[dict],
 def print_table(rows: list[dict]) -> None:
     header = ["c", "client", "requests", "errors", "overhead p50 ms", "p99 ms", "p99 / ref", "req/s",
               "client CPU ms/req", "client loop lag p99 ms", "client GC max pause ms", "unstored at end",
-              "store drain ms", "server late p99 ms", "other CPU %"]
+              "store drain ms", "server late p99 ms", "other CPU %", "host slowdown"]
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join(" --- " for _ in header) + "|")
     for r in rows:
@@ -296,7 +329,8 @@ def print_table(rows: list[dict]) -> None:
                  _fmt(r["p50"]), _fmt(r["p99"]), _fmt(r["ratio"], 2), _fmt(r["rate"], 0),
                  _fmt(r["cpu_ms"], 2), _fmt(r["loop_lag_p99"]), _fmt(r["gc_max_ms"]),
                  "-" if r["unstored"] is None else str(r["unstored"]), _fmt(r["drain_ms"], 0),
-                 _fmt(r["server_late_p99"]), _fmt(None if r["other_cpu"] is None else 100 * r["other_cpu"], 0)]
+                 _fmt(r["server_late_p99"]), _fmt(None if r["other_cpu"] is None else 100 * r["other_cpu"], 0),
+                 _fmt(r["host_slowdown"], 2)]
         print("| " + " | ".join(cells) + " |")
 
 
@@ -350,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="prober-bench-") as scratch:
         db_path = Path(args.db).resolve() if args.db else Path(scratch) / "bench.db"
         profiles: list[dict] = []
-        phases = run_phases(args, f"sqlite:///{db_path}", profiles)
+        discarded: list[dict] = []
+        phases = run_phases(args, f"sqlite:///{db_path}", profiles, discarded)
     rows, by_key = summarize(args, phases)
     from prober import event_loop
 
@@ -367,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(f"other processes used more than {QUIET_SHARE:.0%} of the CPU during "
                      f"{len(disturbed)} of {len(rows)} rows (column 'other CPU %'): those figures are "
                      f"disturbed; rerun on a quiet machine")
+    notes += machine.host_notes(rows, discarded, STEADY_TOLERANCE,
+                                "printed above; with --json, kept under 'discarded'")
     for note in notes:
         print(f"\nnote: {note}")
     verdicts = judge(args, by_key, phases)
@@ -390,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
             print(render(Path(result["profile"]).read_text(), per_request, writer_per_request))
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "phases": phases, "rows": rows,
-                                               "profiles": profiles}, indent=1))
+                                               "profiles": profiles, "discarded": discarded}, indent=1))
     return 0 if all(ok for _, ok in verdicts) else 1
 
 

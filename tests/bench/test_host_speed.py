@@ -1,0 +1,127 @@
+"""The benchmarks' host-speed guard (bench/machine.py, HostSpeed): a level whose phases ran on a host
+that changed speed runs again, visibly and a bounded number of times, and a level waits for the
+host to run at the run's best speed before it starts. The probe's timings are scripted here; the
+real probe is exercised by every benchmark run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import machine
+
+pytestmark = pytest.mark.unit
+
+
+class ScriptedHost(machine.HostSpeed):
+    """A HostSpeed whose fixed workload takes the scripted times, one per probe."""
+
+    def __init__(self, times_ms: list[float]) -> None:
+        super().__init__()
+        self.times = list(times_ms)
+        self.probes = 0
+
+    def probe(self) -> float:
+        ms = self.times.pop(0)
+        self.probes += 1
+        self.best_ms = min(self.best_ms, ms)
+        return ms
+
+
+def phases_of(clients: list[str], server_cpu_s: list[float] | None = None):
+    """A level runner with one phase per client, counting how often the level ran; with
+    `server_cpu_s`, each phase's server stats say it served 1,000 requests in that CPU time."""
+    runs: list[int] = []
+    cpu = list(server_cpu_s or [])
+
+    def run(stamp) -> list[dict]:
+        runs.append(1)
+        done = []
+        for client in clients:
+            result = {"client": client, "attempt": len(runs)}
+            if cpu:
+                result["server"] = {"served": 1000, "cpu_s": cpu.pop(0)}
+            stamp(result)
+            done.append(result)
+        return done
+
+    return run, runs
+
+
+def test_a_level_on_a_steady_host_runs_once_and_records_each_phase_probes(capsys) -> None:
+    host = ScriptedHost([100.0, 104.0, 101.0])      # the level's start, then one probe after each phase
+    run, runs = phases_of(["reference", "prober"])
+    kept, dropped = host.run_level(run, "c=512", tolerance=0.15, retries=2, max_wait=0)
+    assert len(runs) == 1 and dropped == []
+    assert [(p["host_before_ms"], p["host_after_ms"]) for p in kept] == [(100.0, 104.0), (104.0, 101.0)]
+    assert capsys.readouterr().err == ""
+
+
+def test_a_level_whose_host_slowed_between_its_phases_runs_again_and_says_so(capsys) -> None:
+    # First attempt: the host slows from 100 to 190 ms after the reference's phase; the second is steady.
+    host = ScriptedHost([100.0, 102.0, 190.0, 101.0, 103.0, 100.0])
+    run, runs = phases_of(["reference", "prober"])
+    kept, dropped = host.run_level(run, "pass 2/3  c=512", tolerance=0.15, retries=2, max_wait=0)
+    assert len(runs) == 2
+    assert [p["attempt"] for p in kept] == [2, 2] and [p["attempt"] for p in dropped] == [1, 1]
+    err = capsys.readouterr().err
+    assert "pass 2/3  c=512: the host's speed changed during the level" in err
+    assert "100-190 ms" in err and "(1 of 2)" in err
+
+
+def test_a_slowdown_inside_a_phase_shows_in_the_servers_cpu_per_request_and_reruns_the_level(capsys) -> None:
+    # The probes between phases see a steady host; the server's CPU per request (the same work for
+    # any client) rose by half during the second phase of the first attempt.
+    host = ScriptedHost([100.0] * 6)
+    run, runs = phases_of(["reference", "prober"], server_cpu_s=[0.36, 0.55, 0.37, 0.38])
+    kept, dropped = host.run_level(run, "800/s", tolerance=0.15, retries=2, max_wait=0)
+    assert len(runs) == 2 and [p["attempt"] for p in kept] == [2, 2]
+    assert [round(p["server_cpu_us"]) for p in dropped] == [360, 550]
+    assert "server CPU 360-550 us a request" in capsys.readouterr().err
+    machine.mark_slowdowns(kept + dropped, host, "client")
+    # Per level key (here the client): each phase against the lowest of its key.
+    assert [round(p["host_slowdown"], 2) for p in kept + dropped] == [1.03, 1.0, 1.0, 1.45]
+
+
+def test_reruns_are_bounded_and_the_last_attempt_is_kept_as_measured(capsys) -> None:
+    host = ScriptedHost([100.0, 200.0] * 3)        # every attempt unsteady
+    run, runs = phases_of(["prober"])
+    kept, dropped = host.run_level(run, "c=256", tolerance=0.15, retries=2, max_wait=0)
+    assert len(runs) == 3 and len(dropped) == 2
+    assert kept[0]["attempt"] == 3
+    machine.mark_slowdowns(kept, host, "client")
+    assert kept[0]["host_slowdown"] == 2.0
+    assert capsys.readouterr().err.count("running it again") == 2
+
+
+def test_a_level_waits_for_the_host_to_return_to_its_best_speed(monkeypatch) -> None:
+    monkeypatch.setattr(machine.time, "sleep", lambda seconds: None)
+    host = ScriptedHost([100.0, 180.0, 175.0, 110.0, 108.0])
+    host.probe()                                    # the run's first probe: best 100 ms
+    run, runs = phases_of(["prober"])
+    kept, _ = host.run_level(run, "c=64", tolerance=0.15, retries=0, max_wait=60)
+    assert len(runs) == 1
+    assert host.probes == 5                         # 180 and 175 waited, 110 started the level
+    assert kept[0]["host_before_ms"] == 110.0
+
+
+def test_the_wait_for_a_steady_host_gives_up_at_its_limit(monkeypatch) -> None:
+    clock = iter(range(0, 1000, 10))                # each look at the clock: 10 s later
+    monkeypatch.setattr(machine.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(machine.time, "sleep", lambda seconds: None)
+    host = ScriptedHost([100.0] + [190.0] * 20)
+    host.probe()
+    assert host.wait_until_steady(0.15, max_wait=30) == 190.0
+    assert host.probes <= 5
+
+
+def test_notes_name_the_reruns_and_the_rows_a_slow_host_measured() -> None:
+    rows = [{"host_slowdown": 1.02}, {"host_slowdown": 1.9}, {"host_slowdown": None}]
+    notes = machine.host_notes(rows, [{}, {}], 0.15, "printed above")
+    assert notes[0].startswith("2 phase(s) ran again")
+    assert "up to 1.90x slower" in notes[1] and "during 1 of 3 rows" in notes[1]
+    assert machine.host_notes([{"host_slowdown": 1.1}], [], 0.15) == []
