@@ -176,7 +176,7 @@ def run(args: argparse.Namespace, db_url: str, scratch: Path, discarded: list[di
                     if "unavailable" not in result:
                         print(f"pass {rep + 1}/{args.repeat}  {rate:>5g}/s  {name:<10} {count:>5} requests, "
                               f"{len(result['errors'])} errors", file=sys.stderr, flush=True)
-        machine.mark_slowdowns(phases + discarded, host, "rate")
+        machine.mark_slowdowns(phases + discarded, host)
         return phases
     finally:
         for child in reversed(children):

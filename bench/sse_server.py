@@ -155,8 +155,8 @@ class FixedDelayServer:
         lateness = sorted(self.first_lateness_ms)
         self.first_lateness_ms = []
         served, self.served = self.served, 0
-        # The server does the same work for every request whichever client sent it, so its CPU time
-        # per request moves only with the host's speed: a gauge of the host during each phase.
+        # CPU time per request during a phase, for the reader: it moves with the host's speed and,
+        # when the cores are busy, with the client's load too (machine.HostSpeed.run_level).
         cpu_now = time.process_time()
         cpu_s, self.cpu_mark = cpu_now - self.cpu_mark, cpu_now
 

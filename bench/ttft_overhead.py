@@ -260,7 +260,7 @@ def run_phases(args: argparse.Namespace, db_url: str, profiles: list[dict], disc
                                                max_wait=args.wait_steady)
                 phases += kept
                 discarded += dropped
-        machine.mark_slowdowns(phases + discarded, host, "concurrency")
+        machine.mark_slowdowns(phases + discarded, host)
         if args.profile:
             level, count = args.levels[-1], 2 * args.requests[-1]     # long enough for ~1,000 samples
             for client in clients[1:]:

@@ -73,18 +73,17 @@ def test_a_level_whose_host_slowed_between_its_phases_runs_again_and_says_so(cap
     assert "100-190 ms" in err and "(1 of 2)" in err
 
 
-def test_a_slowdown_inside_a_phase_shows_in_the_servers_cpu_per_request_and_reruns_the_level(capsys) -> None:
-    # The probes between phases see a steady host; the server's CPU per request (the same work for
-    # any client) rose by half during the second phase of the first attempt.
-    host = ScriptedHost([100.0] * 6)
-    run, runs = phases_of(["reference", "prober"], server_cpu_s=[0.36, 0.55, 0.37, 0.38])
-    kept, dropped = host.run_level(run, "800/s", tolerance=0.15, retries=2, max_wait=0)
-    assert len(runs) == 2 and [p["attempt"] for p in kept] == [2, 2]
-    assert [round(p["server_cpu_us"]) for p in dropped] == [360, 550]
-    assert "server CPU 360-550 us a request" in capsys.readouterr().err
-    machine.mark_slowdowns(kept + dropped, host, "client")
-    # Per level key (here the client): each phase against the lowest of its key.
-    assert [round(p["host_slowdown"], 2) for p in kept + dropped] == [1.03, 1.0, 1.0, 1.45]
+def test_the_servers_cpu_per_request_is_recorded_but_never_decides_a_rerun(capsys) -> None:
+    # It moves with the client's own load too (see HostSpeed.run_level): a rerun on it would favour
+    # the heavier client. The probes are steady here, so the level runs once.
+    host = ScriptedHost([100.0] * 3)
+    run, runs = phases_of(["reference", "prober"], server_cpu_s=[0.275, 0.55])
+    kept, dropped = host.run_level(run, "c=512", tolerance=0.15, retries=2, max_wait=0)
+    assert len(runs) == 1 and dropped == []
+    assert [round(p["server_cpu_us"]) for p in kept] == [275, 550]
+    machine.mark_slowdowns(kept, host)
+    assert [p["host_slowdown"] for p in kept] == [1.0, 1.0]
+    assert capsys.readouterr().err == ""
 
 
 def test_reruns_are_bounded_and_the_last_attempt_is_kept_as_measured(capsys) -> None:
@@ -93,7 +92,7 @@ def test_reruns_are_bounded_and_the_last_attempt_is_kept_as_measured(capsys) -> 
     kept, dropped = host.run_level(run, "c=256", tolerance=0.15, retries=2, max_wait=0)
     assert len(runs) == 3 and len(dropped) == 2
     assert kept[0]["attempt"] == 3
-    machine.mark_slowdowns(kept, host, "client")
+    machine.mark_slowdowns(kept, host)
     assert kept[0]["host_slowdown"] == 2.0
     assert capsys.readouterr().err.count("running it again") == 2
 
