@@ -16,7 +16,8 @@ Per rate and client: send lag (the time just before the request was written minu
 due), TTFT overhead (measured TTFT - 100 ms) and the achieved rate (requests over the span of
 their actual send times; the schedule's own rate beside it). Targets (issue 13): prober's send-lag
 p99 at most 2 ms at every rate up to 800/s, its TTFT overhead p99 within 1.5x the reference's, its
-achieved rate at least 99% of the schedule's. Exit status 1 when one is missed. See bench/README.md.
+achieved rate at least 99% of the schedule's. Exit status 1 when one is missed. The host's speed is
+gauged between phases as in ttft_overhead.py. See bench/README.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """TTFT measurement overhead of prober against a plain-asyncio reference, on loopback.
 
-    python bench/ttft_overhead.py              # the full run (about 4 minutes on 2 cores)
+    python bench/ttft_overhead.py              # the full run (about 4 minutes on 2 cores, more if levels rerun)
     python bench/ttft_overhead.py --quick      # a smoke run (about a minute)
 
 Three processes besides this one: a fixed-delay OpenAI streaming server (first content after
@@ -8,6 +8,11 @@ exactly 100 ms, 19 more chunks 20 ms apart), the reference client (plain asyncio
 prober's client (latency probe -> TargetSession -> OpenAI adapter -> transport, every sample
 checked and stored in SQLite). For each concurrency level the clients take turns against the
 same server, one at a time, in an order that rotates, so neither always follows the other.
+
+Between phases the driver times a fixed workload to see whether the host itself changed speed: a
+judged level waits for the host's best speed, runs again (printed) when the host changed speed
+during it, and the table says how slow the host was for each row (bench/README.md, "The host's
+speed").
 
 Overhead = measured TTFT - 100 ms. Targets (issue 13, item 7): prober's p99 overhead at 256 and 512
 streams within 1.5x the reference's in every pass, at least 950 requests/s at 512 with every sample
@@ -54,7 +59,7 @@ RATE_LEVEL = 512
 RATIO_LEVELS = (256, 512)
 QUIET_SHARE = 0.10      # other processes' share of the machine's CPU above which a phase is disturbed
 # How far the host's speed (machine.HostSpeed, a fixed workload timed between phases) may move
-# within one level: in its fast state the probe varies by about 4%, its slow state is 15-95% slower.
+# within one level: in its fast state the probe varies by about 4%; its slow spells are 15-120% slower.
 STEADY_TOLERANCE = 0.15
 REPLY_TIMEOUT_S = 900.0
 
