@@ -14,6 +14,7 @@ times a fixed workload between phases, so each phase says how fast the host ran 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -124,6 +125,29 @@ def raise_fd_limit(needed: int = 0) -> int:
 
 _PROBE_TEXT = json.dumps({"id": "chatcmpl-probe", "choices": [{"index": 0, "delta": {"content": " word"}}],
                           "usage": None, "created": 1727346168})
+
+
+# How far the host's speed (HostSpeed, a fixed workload timed between phases) may move within one
+# level: in its fast state the probe varies by about 4%; its slow spells are 15-120% slower.
+STEADY_TOLERANCE = 0.15
+
+
+def add_steady_arguments(parser: argparse.ArgumentParser, unit: str, rerun: str) -> None:
+    """--wait-steady and --steady-retries, for a benchmark whose levels are `unit`s ("level",
+    "rate") and whose reruns cover `rerun` (what the help says runs again)."""
+    parser.add_argument("--wait-steady", type=float, default=60.0, metavar="SECONDS",
+                        help=f"before each {unit}, wait up to this long for the host to run a fixed workload "
+                             f"within {STEADY_TOLERANCE:.0%}% of the run's best time (default %(default)s; 0: "
+                             "do not wait)")
+    parser.add_argument("--steady-retries", type=int, default=2, metavar="N",
+                        help=f"run {rerun} again, at most N times, when the host's speed changed by more than "
+                             f"{STEADY_TOLERANCE:.0%}% between its phases; every rerun is printed (default "
+                             "%(default)s)")
+
+
+def check_steady_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.steady_retries < 0 or args.wait_steady < 0:
+        parser.error("--steady-retries and --wait-steady cannot be negative")
 
 
 class HostSpeed:

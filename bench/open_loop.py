@@ -39,7 +39,6 @@ import sse_server  # noqa: E402
 from ttft_overhead import (  # noqa: E402
     FIRST_DELAY_MS,
     QUIET_SHARE,
-    STEADY_TOLERANCE,
     Child,
     _fmt,
     start_processes,
@@ -65,14 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=13, help="seed of the schedules (default %(default)s)")
     parser.add_argument("--wait-quiet", type=float, default=15.0, metavar="SECONDS",
                         help="before each rate, wait up to this long for a quiet machine (0: never)")
-    parser.add_argument("--wait-steady", type=float, default=60.0, metavar="SECONDS",
-                        help="before each rate, wait up to this long for the host to run a fixed workload "
-                             f"within {STEADY_TOLERANCE:.0%}% of the run's best time (default %(default)s; 0: "
-                             "do not wait)")
-    parser.add_argument("--steady-retries", type=int, default=2, metavar="N",
-                        help="run a rate again (reference and prober), at most N times, when the host's speed "
-                             f"changed by more than {STEADY_TOLERANCE:.0%}% between their phases; every rerun "
-                             "is printed (default %(default)s)")
+    machine.add_steady_arguments(parser, "rate", "a rate (reference and prober)")
     parser.add_argument("--json", default=None, help="also write every phase's raw results to this file")
     parser.add_argument("--guidellm", default=os.environ.get("PROBER_BENCH_GUIDELLM"),
                         help="guidellm's console script (default $PROBER_BENCH_GUIDELLM)")
@@ -82,8 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.rates = [float(r) for r in args.rates.split(",")]
     if min(args.rates) <= 0 or args.duration <= 0 or args.repeat < 1:
         parser.error("rates and --duration must be positive, --repeat at least 1")
-    if args.steady_retries < 0 or args.wait_steady < 0:
-        parser.error("--steady-retries and --wait-steady cannot be negative")
+    machine.check_steady_arguments(parser, args)
     return args
 
 
@@ -160,7 +151,7 @@ def run(args: argparse.Namespace, db_url: str, scratch: Path, discarded: list[di
                     return done
 
                 kept, dropped = host.run_level(run_level, f"pass {rep + 1}/{args.repeat}  {rate:g}/s",
-                                               tolerance=STEADY_TOLERANCE, retries=args.steady_retries,
+                                               tolerance=machine.STEADY_TOLERANCE, retries=args.steady_retries,
                                                max_wait=args.wait_steady)
                 phases += kept
                 discarded += dropped
@@ -291,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nnote: other processes used more than {QUIET_SHARE:.0%} of the CPU during {len(disturbed)} of "
               f"{len(rows)} rows (column 'other CPU %'): absolute figures are disturbed; compare with the "
               f"reference of the same rate")
-    for note in machine.host_notes(rows, discarded, STEADY_TOLERANCE,
+    for note in machine.host_notes(rows, discarded, machine.STEADY_TOLERANCE,
                                    "printed above; with --json, kept under 'discarded'"):
         print(f"\nnote: {note}")
     print()

@@ -58,9 +58,6 @@ CPU_TARGET_MS = 1.5     # client CPU per request at RATE_LEVEL, its processes to
 RATE_LEVEL = 512
 RATIO_LEVELS = (256, 512)
 QUIET_SHARE = 0.10      # other processes' share of the machine's CPU above which a phase is disturbed
-# How far the host's speed (machine.HostSpeed, a fixed workload timed between phases) may move
-# within one level: in its fast state the probe varies by about 4%; its slow spells are 15-120% slower.
-STEADY_TOLERANCE = 0.15
 REPLY_TIMEOUT_S = 900.0
 
 REFERENCE = "reference"
@@ -90,14 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--wait-quiet", type=float, default=30.0, metavar="SECONDS",
                         help="before each level, wait up to this long for other processes to use less than "
                              "10%% of the CPU (default %(default)s; 0 to start at once)")
-    parser.add_argument("--wait-steady", type=float, default=60.0, metavar="SECONDS",
-                        help="before each level, wait up to this long for the host to run a fixed workload "
-                             f"within {STEADY_TOLERANCE:.0%}% of the run's best time (default %(default)s; 0: "
-                             "do not wait)")
-    parser.add_argument("--steady-retries", type=int, default=2, metavar="N",
-                        help="run a judged level (256, 512) again, at most N times, when the host's speed "
-                             f"changed by more than {STEADY_TOLERANCE:.0%}% between its phases; every rerun is "
-                             "printed (default %(default)s)")
+    machine.add_steady_arguments(parser, "level", "a judged level (256, 512)")
     parser.add_argument("--db", default=None, help="keep the SQLite store at this path (default: a temp dir)")
     parser.add_argument("--json", default=None, help="also write every phase's raw results to this file")
     parser.add_argument("--profile", default=None, metavar="DIR",
@@ -115,8 +105,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.requests = [int(x) for x in args.requests.split(",")]
     if len(args.requests) != len(args.levels) or min(args.levels) < 1 or args.repeat < 1:
         parser.error("--requests needs one positive count per level; levels and --repeat must be >= 1")
-    if args.steady_retries < 0 or args.wait_steady < 0:
-        parser.error("--steady-retries and --wait-steady cannot be negative")
+    machine.check_steady_arguments(parser, args)
     # Whole rounds only: a last round with a few requests in flight would understate the rate.
     args.requests = [level * max(1, round(n * args.scale / level)) for level, n in zip(args.levels, args.requests)]
     args.conformance = [mode.strip() for mode in args.conformance.split(",")]
@@ -260,7 +249,7 @@ def run_phases(args: argparse.Namespace, db_url: str, profiles: list[dict], disc
                 # move with the host's speed (one stream leaves the CPU idle).
                 judged = level in RATIO_LEVELS or level == RATE_LEVEL
                 kept, dropped = host.run_level(run_level, f"pass {rep + 1}/{args.repeat}  c={level}",
-                                               tolerance=STEADY_TOLERANCE,
+                                               tolerance=machine.STEADY_TOLERANCE,
                                                retries=args.steady_retries if judged else 0,
                                                max_wait=args.wait_steady)
                 phases += kept
@@ -407,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(f"other processes used more than {QUIET_SHARE:.0%} of the CPU during "
                      f"{len(disturbed)} of {len(rows)} rows (column 'other CPU %'): those figures are "
                      f"disturbed; rerun on a quiet machine")
-    notes += machine.host_notes(rows, discarded, STEADY_TOLERANCE,
+    notes += machine.host_notes(rows, discarded, machine.STEADY_TOLERANCE,
                                 "printed above; with --json, kept under 'discarded'")
     for note in notes:
         print(f"\nnote: {note}")
