@@ -6,7 +6,7 @@ phase records the CPU share that other processes used while it ran, and a level 
 machine to go quiet before it starts.
 
 A virtual machine can also slow down with nothing of its own running: on the project's 2-core
-machine a fixed loop of `json.loads` calls took 452-470 ms for minutes at a time, then 540-904 ms,
+machine a fixed loop of `json.loads` calls took 452-470 ms for minutes at a time, then 540-1,008 ms,
 while every other process stayed at 0-3% of the CPU (2 December 2026). The host takes the time,
 and no counter inside the guest shows it (/proc/stat's steal column stayed flat). `HostSpeed`
 times a fixed workload between phases, so each phase says how fast the host ran it.
@@ -151,7 +151,7 @@ def check_steady_arguments(parser: argparse.ArgumentParser, args: argparse.Names
 
 
 class HostSpeed:
-    """Times a fixed single-threaded workload (about 25 ms on a fast host) from the driver process,
+    """Times a fixed single-threaded workload (about 30 ms on a fast host) from the driver process,
     between phases, while the benchmark's own processes are idle. The fastest time seen in the run
     is the host's normal speed; `slowdown(ms)` is a probe's time over it (1.0 = as fast as the
     run's best). The best of three repetitions makes one probe, so a single interruption does not
@@ -199,8 +199,8 @@ class HostSpeed:
         Only the probes decide, because only they are independent of the clients: they run while
         the benchmark's processes are idle. Any gauge taken during a phase (the loopback server's
         CPU per request, recorded as `server_cpu_us` for the reader) moves with the client's own
-        load as well: on the 2-core machine, with the probes steady, the server spent 275 us a
-        request under the reference and 344-372 under prober at 512 streams, as the cores' shared
+        load as well: on the 2-core machine, with the probes steady, the server spent 275-311 us a
+        request under the reference and 344-402 under prober at 512 streams, as the cores' shared
         resources are busier. Rerunning on it would rerun prober's heavy phases more often than the
         reference's, in prober's favour."""
         discarded: list[dict] = []
