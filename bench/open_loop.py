@@ -110,6 +110,7 @@ def peer_tokenizer(args: argparse.Namespace, scratch: Path) -> Path | None:
 def run(args: argparse.Namespace, db_url: str, scratch: Path, discarded: list[dict]) -> list[dict]:
     tokenizer = peer_tokenizer(args, scratch)
     children: list[Child] = []
+    gauge = machine.WorkGauge().start()
     try:
         server, reference, tested, base_url = start_processes(db_url, MAX_IN_FLIGHT, children)
         reference.ask({"concurrency": 16, "count": 64})                          # warm-up, not reported
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace, db_url: str, scratch: Path, discarded: list[di
         server.ask("stats")
         pids = [os.getpid()] + [child.process.pid for child in children]
         phases = []
-        host = machine.HostSpeed()
+        host = machine.HostSpeed(gauge)
         host.probe()
         for rep in range(args.repeat):
             for index, rate in enumerate(args.rates):
@@ -160,10 +161,12 @@ def run(args: argparse.Namespace, db_url: str, scratch: Path, discarded: list[di
                         machine.wait_until_quiet(pids, QUIET_SHARE, args.wait_quiet)
                     before = machine.snapshot(pids)
                     host_before = host.probe()
+                    started = time.monotonic()
                     result = peers.run_peer(name, script, base_url, rate, count, sse_server.MODEL, tokenizer)
                     phases.append({**result, "client": name, "rate": rate, "count": count, "rep": rep,
                                    "other_cpu": machine.other_share(before, machine.snapshot(pids)),
                                    "server": server.ask("stats"), "host_before_ms": host_before,
+                                   "host_inphase_ms": host.inphase_since(started),
                                    "host_after_ms": host.probe()})
                     if "unavailable" not in result:
                         print(f"pass {rep + 1}/{args.repeat}  {rate:>5g}/s  {name:<10} {count:>5} requests, "
@@ -171,6 +174,7 @@ def run(args: argparse.Namespace, db_url: str, scratch: Path, discarded: list[di
         machine.mark_slowdowns(phases + discarded, host)
         return phases
     finally:
+        gauge.stop()
         for child in reversed(children):
             child.stop()
 

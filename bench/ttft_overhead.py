@@ -194,6 +194,7 @@ def start_processes(db_url: str, max_in_flight: int,
 def run_phases(args: argparse.Namespace, db_url: str, profiles: list[dict], discarded: list[dict]) -> list[dict]:
 
     children: list[Child] = []
+    gauge = machine.WorkGauge().start()
     try:
         server, reference, tested, _ = start_processes(db_url, max(args.levels), children)
 
@@ -216,7 +217,7 @@ def run_phases(args: argparse.Namespace, db_url: str, profiles: list[dict], disc
             raise RuntimeError("--profile needs py-spy on PATH (pip install py-spy)")
         pids = [os.getpid()] + [child.process.pid for child in children]
         phases = []
-        host = machine.HostSpeed()
+        host = machine.HostSpeed(gauge)
         host.probe()
         for rep in range(args.repeat):
             for index, (level, count) in enumerate(zip(args.levels, args.requests)):
@@ -265,6 +266,7 @@ def run_phases(args: argparse.Namespace, db_url: str, profiles: list[dict], disc
                 profiles.append(result)
         return phases
     finally:
+        gauge.stop()
         for child in reversed(children):
             child.stop()
 

@@ -1,14 +1,20 @@
-"""The benchmarks' host-speed guard (bench/machine.py, HostSpeed): a level whose phases ran on a host
-that changed speed runs again, visibly and a bounded number of times, and a level waits for the
-host to run at the run's best speed before it starts. The probe's timings are scripted here; the
-real probe is exercised by every benchmark run."""
+"""The benchmarks' host-speed guard (bench/machine.py, HostSpeed and WorkGauge): a level whose phases
+ran on a host that changed speed, between its phases or inside one, runs again, visibly and a
+bounded number of times, and a level waits for the host to run at the run's best speed before it
+starts. The gauges' timings are scripted here, except in the test that the in-phase gauge reads CPU
+time, which the benchmark's own load does not move; the real probes run in every benchmark run."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from tests.support.timing import timing_sensitive
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
@@ -17,11 +23,21 @@ import machine
 pytestmark = pytest.mark.unit
 
 
+class ScriptedGauge:
+    """An in-phase gauge whose mean through each phase is scripted, one per phase."""
+
+    def __init__(self, means_ms: list[float]) -> None:
+        self.means = list(means_ms)
+
+    def mean_since(self, since: float) -> float | None:
+        return self.means.pop(0)
+
+
 class ScriptedHost(machine.HostSpeed):
     """A HostSpeed whose fixed workload takes the scripted times, one per probe."""
 
-    def __init__(self, times_ms: list[float]) -> None:
-        super().__init__()
+    def __init__(self, times_ms: list[float], inphase_ms: list[float] | None = None) -> None:
+        super().__init__(ScriptedGauge(inphase_ms) if inphase_ms is not None else None)
         self.times = list(times_ms)
         self.probes = 0
 
@@ -124,3 +140,66 @@ def test_notes_name_the_reruns_and_the_rows_a_slow_host_measured() -> None:
     assert notes[0].startswith("2 phase(s) ran again")
     assert "up to 1.90x slower" in notes[1] and "during 1 of 3 rows" in notes[1]
     assert machine.host_notes([{"host_slowdown": 1.1}], [], 0.15) == []
+
+
+def test_a_level_whose_host_slowed_inside_a_phase_runs_again_though_the_probes_between_were_steady(capsys) -> None:
+    # The probes before and after each phase read 100 ms; inside the prober's phase of the first
+    # attempt the host ran slow for a while, so that phase's in-phase mean is 1.3x the run's lowest.
+    host = ScriptedHost([100.0] * 6, inphase_ms=[2.50, 3.25, 2.55, 2.52])
+    run, runs = phases_of(["reference", "prober"])
+    kept, dropped = host.run_level(run, "pass 2/3  c=512", tolerance=0.15, retries=2, max_wait=0)
+    assert len(runs) == 2 and [p["attempt"] for p in kept] == [2, 2]
+    assert [p["host_inphase_ms"] for p in dropped] == [2.50, 3.25]
+    err = capsys.readouterr().err
+    assert "in-phase gauge up to 1.30x the run's best" in err and "(1 of 2)" in err
+    machine.mark_slowdowns(kept + dropped, host)
+    assert [round(p["host_slowdown"], 2) for p in dropped] == [1.0, 1.3]    # the larger of the two gauges
+
+
+def test_an_in_phase_mean_within_the_tolerance_does_not_rerun(capsys) -> None:
+    host = ScriptedHost([100.0] * 3, inphase_ms=[2.50, 2.80])               # 1.12x: within 15%
+    run, runs = phases_of(["reference", "prober"])
+    host.run_level(run, "c=256", tolerance=0.15, retries=2, max_wait=0)
+    assert len(runs) == 1 and capsys.readouterr().err == ""
+
+
+_SPIN = "import time\nend = time.monotonic() + 4.0\nwhile time.monotonic() < end:\n    pass\n"
+
+
+class LongGauge(machine.WorkGauge):
+    """The gauge with a workload longer than a scheduler's time slice (about 100 ms), so that busy
+    cores do stretch its wall time; the benchmarks' short one is often run whole on waking."""
+
+    LOOPS = 40_000
+    PERIOD_S = 0.02
+
+
+@timing_sensitive
+def test_the_in_phase_gauge_reads_cpu_time_which_a_busy_machine_hardly_moves() -> None:
+    # Hogs take every core for a while: the wall time of the gauge's workload stretches, its CPU
+    # time does not. The idle windows before and after are the reference, in the same run.
+    gauge = LongGauge().start()
+    try:
+        time.sleep(1.0)
+        idle = gauge.readings_since(0.0)
+        hogs = [subprocess.Popen([sys.executable, "-c", _SPIN]) for _ in range(2 * (os.cpu_count() or 1))]
+        time.sleep(0.5)                                 # the hogs are up
+        busy_started = time.monotonic()
+        time.sleep(2.0)
+        busy = gauge.readings_since(busy_started)
+        for hog in hogs:
+            hog.wait()
+        idle_started = time.monotonic()
+        time.sleep(1.0)
+        idle += gauge.readings_since(idle_started)
+    finally:
+        gauge.stop()
+
+    def median(values) -> float:
+        return sorted(values)[len(values) // 2]
+
+    assert len(idle) >= 6 and len(busy) >= 3
+    idle_cpu, busy_cpu = median([c for c, _ in idle]), median([c for c, _ in busy])
+    busy_wall = median([w for _, w in busy])
+    assert busy_wall > 1.5 * idle_cpu, f"the hogs did not take the cores ({busy_wall:.0f} ms wall): nothing shown"
+    assert busy_cpu < 1.3 * idle_cpu, f"CPU time {busy_cpu:.0f} ms with the cores busy, {idle_cpu:.0f} ms idle"
