@@ -132,7 +132,8 @@ _PROBE_TEXT = json.dumps({"id": "chatcmpl-probe", "choices": [{"index": 0, "delt
 
 # How far the host's speed may move within one level, by either gauge (HostSpeed's probe between
 # phases, WorkGauge's mean through a phase): in the host's fast state the probe varies by about 4%
-# and a phase's in-phase mean by about 3%; its slow spells are 15-120% slower.
+# and a busy phase's in-phase mean by up to 10% (a nearly idle phase reads 5-14% above the busiest);
+# its slow spells are 15-120% slower.
 STEADY_TOLERANCE = 0.15
 
 
