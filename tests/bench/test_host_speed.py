@@ -7,6 +7,7 @@ time, which the benchmark's own load does not move; the real probes run in every
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -195,11 +196,8 @@ def test_the_in_phase_gauge_reads_cpu_time_which_a_busy_machine_hardly_moves() -
     finally:
         gauge.stop()
 
-    def median(values) -> float:
-        return sorted(values)[len(values) // 2]
-
     assert len(idle) >= 6 and len(busy) >= 3
-    idle_cpu, busy_cpu = median([c for c, _ in idle]), median([c for c, _ in busy])
-    busy_wall = median([w for _, w in busy])
+    idle_cpu, busy_cpu = statistics.median(c for c, _ in idle), statistics.median(c for c, _ in busy)
+    busy_wall = statistics.median(w for _, w in busy)
     assert busy_wall > 1.5 * idle_cpu, f"the hogs did not take the cores ({busy_wall:.0f} ms wall): nothing shown"
     assert busy_cpu < 1.3 * idle_cpu, f"CPU time {busy_cpu:.0f} ms with the cores busy, {idle_cpu:.0f} ms idle"
