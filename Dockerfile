@@ -20,10 +20,6 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /opt/prober
 COPY pyproject.toml README.md ./
 COPY prober ./prober
-COPY probes ./probes
-COPY suites ./suites
-COPY store ./store
-COPY reports ./reports
 COPY requirements/ci.lock ./requirements/
 # A venv, not the system's pip: Debian's python3 refuses `pip install` outside one (PEP 668), and
 # the same line then works on both bases. The versions are the ones CI tests (requirements/ci.lock,

@@ -69,7 +69,7 @@ NEAR_FACTOR = 10
 
 
 def _suite(name: str) -> dict[str, Any]:
-    path = Path(__file__).resolve().parent.parent / "suites" / f"{name}.toml"
+    path = Path(__file__).resolve().parent.parent / "prober" / "suites" / f"{name}.toml"
     return tomllib.loads(path.read_text())["probes"][0]["params"]
 
 

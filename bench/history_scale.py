@@ -44,9 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from store import Store  # noqa: E402
-from store.coltypes import UTCDateTime  # noqa: E402
-from store.schema import metrics, run_entries, run_targets, runs, samples  # noqa: E402
+from prober.store import Store  # noqa: E402
+from prober.store.coltypes import UTCDateTime  # noqa: E402
+from prober.store.schema import metrics, run_entries, run_targets, runs, samples  # noqa: E402
 
 # The suites `make demo` runs: the built-in nightly suite with each suite's grid shadowed by the
 # demo's smaller one (examples/local-demo/suites). Its per-target counts are those issue 16 quotes.
@@ -111,7 +111,7 @@ def make_template(workdir: Path, suite: str = "nightly") -> str:
     url = f"sqlite:///{workdir / 'template.db'}"
     config = template_config(workdir, url)
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "prober.cli", "run", "--config", str(config), "--suite", suite],
+    done = subprocess.run([sys.executable, "-m", "prober", "run", "--config", str(config), "--suite", suite],
                           cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode not in (0, 1):
         raise SystemExit(f"history-scale: the template run failed (exit {done.returncode}): {done.stderr[-2000:]}")
@@ -243,7 +243,7 @@ from prober.alerting.baseline import BaselineReads
 from prober.alerting.drift import baseline_resets
 from prober.alerting.slo_rules import rule_states
 from prober.core.config import load_config
-from store import Store
+from prober.store import Store
 import scipy.special  # noqa: F401  (the drift tests load it on first use; `prober run` has by then)
 config = load_config(sys.argv[1])
 store = Store.open(config.store.url)
@@ -283,7 +283,7 @@ def bench_config(workdir: Path, url: str, names: Sequence[str]) -> Path:
 
 
 def commands(config: Path, out: Path, target: str) -> dict[str, list[str]]:
-    prober = [sys.executable, "-m", "prober.cli"]
+    prober = [sys.executable, "-m", "prober"]
     cfg = ["--config", str(config)]
     return {
         "report --since 30d": [*prober, "report", "--since", "30d", "--out", str(out / "report30"), *cfg],
@@ -342,7 +342,7 @@ def bench_backend(backend: str, url: str, workdir: Path, nights: int, targets: i
               file=sys.stderr, flush=True)
     size = store_bytes(url)
     rows.append(Row(backend, "store size", None, None, f"{size / 1e6:,.0f} MB, {size / 1e6 / nights:.2f} MB/night"))
-    pruned = measure([sys.executable, "-m", "prober.cli", "prune", "--config", str(config)], workdir)
+    pruned = measure([sys.executable, "-m", "prober", "prune", "--config", str(config)], workdir)
     after = store_bytes(url)
     rows.append(Row(backend, "prune (default retention)", pruned["wall_s"], pruned["rss_mb"],
                     f"{after / 1e6:,.0f} MB, {after / 1e6 / nights:.2f} MB/night"

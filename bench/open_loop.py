@@ -6,8 +6,8 @@
 The fixed-delay SSE server of ttft_overhead.py (first content 100 ms after the request, 19 more
 chunks 20 ms apart) serves, in turn, the reference client (plain asyncio, imports nothing of
 prober; bench/reference_client.py) and prober's client (the latency probe's Poisson level ->
-TargetSession.open_loop -> the OpenAI adapter -> prober.transport, every sample checked and stored;
-bench/prober_client.py). Both follow the schedule probes/load.py draws for the level, so they send
+TargetSession.open_loop -> the OpenAI adapter -> prober.targets.transport, every sample checked and stored;
+bench/prober_client.py). Both follow the schedule prober/probes/load.py draws for the level, so they send
 the same requests at the same offsets. Peers (guidellm, aiperf) run at the same rates where they are
 installed (--guidellm / --aiperf or $PROBER_BENCH_GUIDELLM / $PROBER_BENCH_AIPERF: the path of their
 console script, installed in a virtual environment of their own, never prober's).
@@ -79,9 +79,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def level_offsets(rate: float, count: int, seed: int) -> list[float]:
-    """The schedule prober's latency probe draws for this Poisson level (probes/load.py)."""
-    from probes.latency import LatencyParams
-    from probes.load import level_schedule
+    """The schedule prober's latency probe draws for this Poisson level (prober/probes/load.py)."""
+    from prober.probes.latency import LatencyParams
+    from prober.probes.load import level_schedule
 
     params = LatencyParams(arrival="poisson", rates=[rate], requests_per_level=count, warmup=0, seed=seed)
     return level_schedule(params, "poisson", rate, "measure")
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "phases": phases, "rows": rows,
                                                "discarded": discarded}, indent=1, default=str))
-    from prober import event_loop
+    from prober.run import event_loop
 
     print(f"\nOpen loop on loopback (Poisson; true TTFT {FIRST_DELAY_MS:g} ms, overhead = measured - "
           f"{FIRST_DELAY_MS:g} ms); {args.repeat} pass(es), {args.duration:g} s per rate; prober on "

@@ -4,7 +4,7 @@ Each level is what `prober run` does for one level of the latency suite, minus t
 the latency probe's `run` with a `TargetSession` (run budget, per-target gate, retries), the
 OpenAI adapter on prober's transport, a `SampleWriterProcess` with conformance checking on or off, and a
 real SQLite sample writer storing every sample, plus the event-loop lag monitor the runner keeps,
-on the event loop `prober run` uses (prober/event_loop.py: uvloop where installed, or as
+on the event loop `prober run` uses (prober/run/event_loop.py: uvloop where installed, or as
 $PROBER_EVENT_LOOP says).
 TTFT is `Exchange.ttft_ms`; the store is checked afterwards to hold one row per request.
 """
@@ -27,18 +27,18 @@ from rich.console import Console
 from sse_server import MODEL
 
 import prober
-from prober import event_loop
-from prober.budget import RunBudget
+from prober.core.collector import quiet_garbage_collector
 from prober.core.config import RunnerConfig, TargetConfig
 from prober.core.records import Exchange, Run, utcnow
-from prober.looplag import LoopLagMonitor
-from prober.measuring_gc import quiet_garbage_collector
-from prober.progress import RunProgress
-from prober.sample_writer import SampleWriterProcess
-from prober.session import TargetGate, TargetSession
+from prober.probes.latency import LatencyParams, LatencyProbe
+from prober.run import event_loop
+from prober.run.budget import RunBudget
+from prober.run.looplag import LoopLagMonitor
+from prober.run.progress import RunProgress
+from prober.run.sample_writer import SampleWriterProcess
+from prober.run.session import TargetGate, TargetSession
+from prober.store import Store
 from prober.targets import make_adapter
-from probes.latency import LatencyParams, LatencyProbe
-from store import Store
 
 
 @dataclass

@@ -25,16 +25,17 @@ from pathlib import Path
 # (component, test on the frame's file path, test on the function name); first match wins.
 _RULES: list[tuple[str, str, str]] = [
     ("conformance check (pydantic SDK types)", r"prober/targets/conformance\.py|(^|/)(pydantic|openai|anthropic)/", ""),
-    ("store writer (rows, SQLAlchemy, sqlite3)", r"(^|/)(store|sqlalchemy|sqlite3)/", ""),
+    ("store writer (rows, SQLAlchemy, sqlite3)", r"prober/store/|(^|/)(sqlalchemy|sqlite3)/", ""),
     ("sample hand-off (Sample, queue, pickling)",
-     r"prober/sample_writer\.py|multiprocessing/(queues|reduction|connection)\.py", ""),
+     r"prober/run/sample_writer\.py|multiprocessing/(queues|reduction|connection)\.py", ""),
     ("SSE parsing", r"prober/targets/sse\.py", ""),
     ("JSON decoding of events", r"prober/targets/adapter\.py", r"parse_json|StreamDecoder\._decode"),
     ("stream decoder (OpenAI chunks -> Exchange)", r"prober/targets/(openai|anthropic)\.py", r"Decoder\."),
+    ("transport (HTTP/1.1, pool, timers)", r"prober/targets/transport\.py", ""),
     ("adapter (request body, head, exchange bookkeeping)", r"prober/targets/", ""),
-    ("transport (HTTP/1.1, pool, timers)", r"prober/transport\.py", ""),
-    ("session, probe, records", r"prober/(session|records|budget|retry|progress)\.py|(^|/)probes/", ""),
-    ("loop-lag monitor", r"prober/looplag\.py", ""),
+    ("session, probe, records",
+     r"prober/run/(session|budget|retry|progress)\.py|prober/core/records\.py|prober/probes/", ""),
+    ("loop-lag monitor", r"prober/run/looplag\.py", ""),
 ]
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<path>[^():]*)(:\d+)?\)$")
 EVENT_LOOP = "asyncio event loop (select, callbacks, task steps)"
@@ -67,7 +68,7 @@ def _is_bookkeeping(frames: list[str]) -> bool:
     if any(f.startswith("quiet_garbage_collector ") for f in frames):
         return True
     return any(f.startswith("ProberClient.run_level ") for f in frames) and not any(
-        "prober/session.py" in f or "probes/" in f for f in frames)
+        "prober/run/session.py" in f or "prober/probes/" in f for f in frames)
 
 
 class Profile:

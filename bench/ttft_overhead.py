@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         discarded: list[dict] = []
         phases = run_phases(args, f"sqlite:///{db_path}", profiles, discarded)
     rows, by_key = summarize(args, phases)
-    from prober import event_loop
+    from prober.run import event_loop
 
     print(f"\nTTFT overhead on loopback: true TTFT {FIRST_DELAY_MS:.0f} ms, overhead = measured - "
           f"{FIRST_DELAY_MS:.0f} ms; {args.repeat} pass(es) pooled; Python {platform.python_version()}, "

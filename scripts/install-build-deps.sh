@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What building the local llama-server needs (prober/local_build.py), installed only when missing:
+# What building the local llama-server needs (prober/local/build.py), installed only when missing:
 # a C++ compiler and cmake; ninja makes the build a little faster; objdump (binutils) lets the tests
 # check the binary holds no AMX instructions.
 set -euo pipefail

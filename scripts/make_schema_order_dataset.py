@@ -8,7 +8,7 @@ computed, never annotated.
 
 Deterministic: the same seed writes the same bytes (a test re-runs it against the committed file).
 
-    python scripts/make_schema_order_dataset.py [--out suites/data/schema_order.jsonl]
+    python scripts/make_schema_order_dataset.py [--out prober/suites/data/schema_order.jsonl]
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("prober", "probes", "store", "reports", "suites")
+PACKAGES = ("prober",)
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -29,7 +29,7 @@ def _imports(path: Path, modules: dict[str, Path]) -> list[tuple[int, str]]:
     found = []
     tree = ast.parse(path.read_text(), str(path))
     # An import under `if TYPE_CHECKING:` names a type for annotations and never runs, so it draws no
-    # arrow: the probe registry (prober/core) returns `type[Probe]` without importing probes/.
+    # arrow: the probe registry (prober/core) returns `type[Probe]` without importing prober/probes/.
     type_only = {id(inner) for node in ast.walk(tree)
                  if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
                  for inner in ast.walk(node)}
@@ -51,30 +51,41 @@ def _within(module: str, *prefixes: str) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
-COMMAND_LAYER = ("prober.cli", "prober.commands")
+# The layers are folders of the one `prober` package (docs/architecture.md): each rule names a folder
+# and what it may (or must never) import.
+COMMAND_LAYER = ("prober.commands", "prober.__main__")
+RUN_SHELL = ("prober.run",)
 
 
 def _rule_broken(importer: str, imported: str) -> str | None:
     """The rule `importer` breaks by importing `imported`, or None."""
     if _within(importer, "prober.core") and not _within(imported, "prober.core"):
         return "prober/core imports nothing else of the project"
-    if _within(importer, "store") and not _within(imported, "store", "prober.core"):
-        return "store/ imports only prober.core"
-    # A probe talks to the runner through the ProbeContext protocol it defines itself (probes/base.py),
-    # so it needs no adapter; suites.datasets is the shipped labelled data schema_order reads.
-    if _within(importer, "probes") and not _within(imported, "probes", "prober.core", "suites.datasets"):
-        return "probes/ import only prober.core (and suites.datasets)"
-    if _within(importer, "suites") and not _within(imported, "suites", "probes", "prober.core"):
-        return "suites/ import only probes/ and prober.core"
-    if _within(importer, "reports") and _within(imported, "probes", "prober.alerting", "prober.runner",
-                                                *COMMAND_LAYER):
-        return "reports/ never import probes/, prober.alerting, the runner or the command layer"
-    if _within(importer, "prober.alerting") and _within(imported, "reports", "prober.runner", *COMMAND_LAYER):
-        return "prober/alerting never imports the runner, the command layer or reports/"
-    if _within(imported, "prober.runner") and not _within(importer, "prober.runner", *COMMAND_LAYER):
-        return "only the command layer (prober/cli.py, prober/commands/) imports the runner"
-    if _within(imported, "prober.commands") and not _within(importer, *COMMAND_LAYER):
-        return "only prober/cli.py imports prober/commands/"
+    if _within(importer, "prober.store") and not _within(imported, "prober.store", "prober.core"):
+        return "prober/store/ imports only prober.core"
+    # A probe talks to the runner through the ProbeContext protocol it defines itself (prober/probes/base.py),
+    # so it needs no adapter; prober.suites.datasets is the shipped labelled data schema_order reads.
+    if _within(importer, "prober.probes") and not _within(imported, "prober.probes", "prober.core",
+                                                          "prober.suites.datasets"):
+        return "prober/probes/ import only prober.core (and prober.suites.datasets)"
+    if _within(importer, "prober.suites") and not _within(imported, "prober.suites", "prober.probes", "prober.core"):
+        return "prober/suites/ import only prober/probes/ and prober.core"
+    if _within(importer, "prober.targets") and not _within(imported, "prober.targets", "prober.core"):
+        return "prober/targets/ (adapters and transport) import only prober.core"
+    if _within(importer, "prober.reports") and _within(imported, "prober.probes", "prober.alerting", *RUN_SHELL,
+                                                       *COMMAND_LAYER):
+        return "prober/reports/ never import prober/probes/, prober/alerting/, the run shell or the command layer"
+    if _within(importer, "prober.alerting") and _within(imported, "prober.reports", *RUN_SHELL, *COMMAND_LAYER):
+        return "prober/alerting never imports the run shell, the command layer or prober/reports/"
+    if _within(importer, *RUN_SHELL) and _within(imported, "prober.alerting", "prober.reports", *COMMAND_LAYER):
+        return "prober/run/ never imports prober/alerting/, prober/reports/ or the command layer"
+    if _within(importer, "prober.local", "prober.emulator") and _within(imported, *RUN_SHELL, *COMMAND_LAYER,
+                                                                         "prober.alerting", "prober.reports"):
+        return "prober/local/ and prober/emulator/ never import the run shell, alerting, reports or commands"
+    if _within(imported, "prober.run.runner") and not _within(importer, "prober.run.runner", *COMMAND_LAYER):
+        return "only the command layer (prober/commands/) imports the runner"
+    if _within(imported, *COMMAND_LAYER) and not _within(importer, *COMMAND_LAYER):
+        return "nothing outside prober/commands/ imports the command layer"
     return None
 
 
@@ -87,19 +98,68 @@ def _violations(modules: dict[str, Path]) -> list[str]:
 
 def test_every_import_points_down_the_layers():
     modules = _project_modules()
-    assert {"prober.core.records", "prober.alerting.alerts", "prober.runner", "store.store"} <= set(modules)
+    assert {"prober.core.records", "prober.alerting.alerts", "prober.run.runner", "prober.store.store"} <= set(modules)
     violations = _violations(modules)
     assert not violations, "imports against the layering (docs/architecture.md):\n" + "\n".join(violations)
 
 
 def test_the_rules_catch_the_arrows_they_forbid():
     modules = _project_modules()
-    assert _rule_broken("store.rows", "prober.runner") == "store/ imports only prober.core"
-    assert _rule_broken("reports.collect", "prober.alerting.slo") is not None
-    assert _rule_broken("prober.alerting.drill", "prober.runner") is not None
-    assert _rule_broken("prober.session", "prober.runner") is not None
-    assert _rule_broken("prober.commands.run", "prober.runner") is None
-    assert _rule_broken("probes.latency", "prober.targets.adapter") is not None
+    assert _rule_broken("prober.store.rows", "prober.run.runner") == "prober/store/ imports only prober.core"
+    assert _rule_broken("prober.reports.collect", "prober.alerting.slo") is not None
+    assert _rule_broken("prober.alerting.drill", "prober.run.runner") is not None
+    assert _rule_broken("prober.run.session", "prober.run.runner") is not None
+    assert _rule_broken("prober.commands.run", "prober.run.runner") is None
+    assert _rule_broken("prober.run.session", "prober.commands.cli") is not None
+    assert _rule_broken("prober.targets.openai", "prober.store.store") is not None
+    assert _rule_broken("prober.probes.latency", "prober.targets.adapter") is not None
     assert _rule_broken("prober.core.stats", "prober.emulator") is not None
-    assert _imports(modules["prober.runner"], modules)   # the walk sees imports at all
-    assert ("probes.base" not in {name for _, name in _imports(modules["prober.core.probe_registry"], modules)})
+    assert _imports(modules["prober.run.runner"], modules)   # the walk sees imports at all
+    assert ("prober.probes.base" not in {name for _, name in _imports(modules["prober.core.probe_registry"], modules)})
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each import cycle among modules (Tarjan's strongly connected components of size > 1)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_imports_itself_round_a_cycle():
+    # Every import that runs counts, deferred ones inside functions too: a deferral hides a cycle from
+    # the interpreter, not from the reader. A package's __init__ importing its own submodules is how a
+    # package re-exports; those arrows are left out.
+    modules = _project_modules()
+    graph = {name: {imported for _, imported in _imports(path, modules) if imported in modules
+                    and imported != name and not (path.name == "__init__.py" and _within(imported, name))}
+             for name, path in modules.items()}
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]   # the check finds one
+    assert _cycles(graph) == [], "modules that import each other at load time"

@@ -100,7 +100,7 @@ def _held(reads: BaselineReads | None, run: dict[str, Any], target: str, limit: 
 
 def _candidates(store: Any, run: dict[str, Any], target: str, limit: int,
                 reads: BaselineReads | None) -> list[dict[str, Any]]:
-    """store.completed_runs for `run` and `target`, or what `reads` holds of them."""
+    """prober.store.completed_runs for `run` and `target`, or what `reads` holds of them."""
     held = _held(reads, run, target, limit)
     if held is not None:
         return held

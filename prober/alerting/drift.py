@@ -48,8 +48,8 @@ from typing import Any, NamedTuple
 from prober.alerting.baseline import BaselineReads, read_candidates, select_baselines
 from prober.alerting.slo import format_value
 from prober.core import stats
+from prober.core.collector import collector_paused
 from prober.core.config import DriftConfig
-from prober.core.gc_pause import collector_paused
 from prober.core.metric_rows import judgeable_value, may_be_share, whole_share
 from prober.core.probe_registry import metric_family, pooled_labels, probe_class
 from prober.core.records import completed_targets, labels_key

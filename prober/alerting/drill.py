@@ -117,7 +117,7 @@ def run_drill(config: ProberConfig, console: Console, run_and_judge: RunAndJudge
 
 
 def _first_firing_event_id(store_url: str, fired: list[dict[str, Any]]) -> str | None:
-    from store import Store
+    from prober.store import Store
 
     if not fired:
         return None

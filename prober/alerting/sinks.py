@@ -2,7 +2,7 @@
 
 Each sink turns one outbox event (prober/alerting/alerts.py, `event_payload`) into one HTTP POST and raises
 `DeliveryError` unless the receiver answered 2xx; the outbox records the outcome and retries on a
-later run. Delivery goes through the project's own HTTP client (prober/transport.py), one
+later run. Delivery goes through the project's own HTTP client (prober/targets/transport.py), one
 short-lived connection per POST, run to completion from synchronous code.
 
 Generic webhook signature: the body is the raw JSON bytes; the headers carry
@@ -26,7 +26,7 @@ import time
 from typing import Any, Protocol
 
 from prober.core.config import SinkConfig, Timeouts
-from prober.transport import HTTPTransport, TransportError, build_head, split_url
+from prober.targets.transport import HTTPTransport, TransportError, build_head, split_url
 
 SIGNATURE_HEADER = "X-Prober-Signature"
 TIMESTAMP_HEADER = "X-Prober-Timestamp"

@@ -1,7 +1,7 @@
 """`prober calibrate`: the client's own TTFT and ITL overhead on this machine, against the emulator.
 
 The emulator runs in its own process (so that its work does not load the client's event loop)
-with a fixed schedule (probes/calibration.py); the runner drives it exactly as it drives a suite
+with a fixed schedule (prober/probes/calibration.py); the runner drives it exactly as it drives a suite
 (same session, adapter, transport, sample writer, conformance checking), and the run is stored
 like any other, under the suite name `calibrate`, with the overhead metrics the emulator's ground
 truth gives. Reports set the latest calibration of the same host beside latency figures.
@@ -29,11 +29,11 @@ from prober.core.config import ProberConfig, TargetConfig, Timeouts
 from prober.core.errors import ConfigError, ProberError
 from prober.core.records import Metric
 from prober.core.tomlfile import validation_error
-from prober.runner import Runner, RunResult
-from prober.store_access import open_store
-from prober.transport import HTTPTransport, TransportError, split_url
-from probes.calibration import CalibrationParams, CalibrationProbe, overhead_metrics
-from suites.loader import Suite, SuiteEntry
+from prober.probes.calibration import CalibrationParams, CalibrationProbe, overhead_metrics
+from prober.run.runner import Runner, RunResult
+from prober.run.store_access import open_store
+from prober.suites.loader import Suite, SuiteEntry
+from prober.targets.transport import HTTPTransport, TransportError, split_url
 
 SUITE = "calibrate"
 TARGET = "calibration"
@@ -113,7 +113,7 @@ def _start_emulator(scenario: Path, log: Path) -> tuple[subprocess.Popen[str], s
     """`prober emulate` on a free port, in its own process; its base URL once it listens. Its
     stderr goes to `log`: a pipe nobody reads would stall it once full."""
     with log.open("w") as stderr:
-        process = subprocess.Popen([sys.executable, "-m", "prober.cli", "emulate", "--port", "0",
+        process = subprocess.Popen([sys.executable, "-m", "prober", "emulate", "--port", "0",
                                     "--scenario", str(scenario)],
                                    stdout=subprocess.PIPE, stderr=stderr, text=True)
     assert process.stdout is not None

@@ -1,5 +1,5 @@
 """`prober compare`: pick the two sides (two runs, two targets in a window, two sites of one target
-in a window, or two windows of one target), compare them (reports/compare.py) and print or write
+in a window, or two windows of one target), compare them (prober/reports/compare.py) and print or write
 the result.
 
 Which runs a window takes is the drift baseline's rule: runs of one site in which the target
@@ -22,14 +22,14 @@ from rich.table import Column, Table
 
 from prober.alerting.baseline import what_changed
 from prober.alerting.drift import min_effect_for
+from prober.commands.store_access import require_run
 from prober.core.config import ProberConfig
 from prober.core.errors import ConfigError
 from prober.core.probe_registry import all_metric_names, did_you_mean
 from prober.core.records import completed_targets, utcnow
-from prober.store_access import open_store, require_run
-from reports.collect import parse_since
-from reports.compare import Comparison, Side, compare
-from reports.compare_render import (
+from prober.reports.collect import parse_since
+from prober.reports.compare import Comparison, Side, compare
+from prober.reports.compare_render import (
     RENDERERS,
     SIGNIFICANT_MARKER,
     change_text,
@@ -39,10 +39,11 @@ from reports.compare_render import (
     p_text,
     side_text,
 )
-from reports.plots import label_text
-from reports.svg import fmt
-from store import Store
-from store.engine import redacted
+from prober.reports.plots import label_text
+from prober.reports.svg import fmt
+from prober.run.store_access import open_store
+from prober.store import Store
+from prober.store.engine import redacted
 
 FORMATS = ("table", *RENDERERS)
 # The terminal table fits a classic terminal whatever the width rich detects.

@@ -30,7 +30,7 @@ from rich.table import Table
 from prober.core.config import ProberConfig, TargetConfig
 from prober.core.records import ChatRequest, Exchange
 from prober.emulator.tokenizer import count_tokens
-from suites.loader import Suite, load_suite
+from prober.suites.loader import Suite, load_suite
 
 
 @dataclass
@@ -78,7 +78,7 @@ def request_input_tokens(request: ChatRequest) -> int:
 
 
 class RecordingContext:
-    """A ProbeContext (probes/base.py) that counts requests and sends none."""
+    """A ProbeContext (prober/probes/base.py) that counts requests and sends none."""
 
     def __init__(self, target: TargetConfig, planned: PlannedEntry) -> None:
         self.target = target

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 from prober.commands.terminal import fmt, shown, text_column, value_column
-from reports.history import weekly
+from prober.reports.history import weekly
 
 
 def print_weekly(console: Console, metric: str, rows: Sequence[dict[str, Any]]) -> None:

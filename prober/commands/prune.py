@@ -1,4 +1,4 @@
-"""`prober prune`: retention, by the flags or by prober.toml's `[retention]` (store/retention.py)."""
+"""`prober prune`: retention, by the flags or by prober.toml's `[retention]` (prober/store/retention.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from prober.core.config import ProberConfig
 from prober.core.durations import DURATION_EXAMPLES, parse_duration
 from prober.core.errors import ConfigError
 from prober.core.records import utcnow
-from prober.store_access import open_store
+from prober.run.store_access import open_store
 
 
 def _cutoff(flag: str, text: str | None) -> dt.datetime | None:

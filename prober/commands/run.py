@@ -23,10 +23,10 @@ from prober.alerting.slo_rules import RuleState, check_rules_known, rule_states,
 from prober.commands.calibrate import CalibrationFailed, calibrate
 from prober.core.config import BATCH_ENV, ProberConfig, check_place_name
 from prober.core.shards import parse_shard, shard_targets
-from prober.runner import EXIT_OK, Runner, RunResult, prepare
-from prober.store_access import open_store
-from store import Store
-from suites.loader import Suite
+from prober.run.runner import EXIT_OK, Runner, RunResult, prepare
+from prober.run.store_access import open_store
+from prober.store import Store
+from prober.suites.loader import Suite
 
 EXIT_ALERT = 1
 

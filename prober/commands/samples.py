@@ -16,14 +16,15 @@ from typing import Any
 
 from rich.console import Console
 
+from prober.commands.store_access import require_run
 from prober.core.config import ProberConfig
 from prober.core.records import SampleRow
 from prober.core.redact import redact_value
-from prober.store_access import open_store, require_run
-from reports.compare_render import jsonable
-from reports.history import parse_label_filters
-from reports.plots import label_text
-from reports.svg import fmt
+from prober.reports.compare_render import jsonable
+from prober.reports.history import parse_label_filters
+from prober.reports.plots import label_text
+from prober.reports.svg import fmt
+from prober.run.store_access import open_store
 
 # Output characters shown per sample in the terminal; --json carries all that was stored.
 OUTPUT_SHOWN = 240

@@ -13,10 +13,10 @@ from prober.commands.terminal import print_metrics, shown
 from prober.core.config import ProberConfig
 from prober.core.errors import ConfigError
 from prober.core.records import Metric
-from prober.store_access import open_store
-from reports.history import parse_label_filters
-from reports.run_lines import provenance_lines
-from store.engine import redacted
+from prober.reports.history import parse_label_filters
+from prober.reports.run_lines import provenance_lines
+from prober.run.store_access import open_store
+from prober.store.engine import redacted
 
 
 def _matches(row: dict[str, Any], probe: str | None, labels: dict[str, str]) -> bool:

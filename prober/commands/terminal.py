@@ -46,7 +46,7 @@ def value_column(header: str) -> Column:
 def print_metrics(console: Console, metrics: Sequence[Any], title: str) -> None:
     """One table per target and probe (metrics are prober.core.records.Metric), rows grouped by their
     labels (e.g. concurrency); the legend of the flags shown under the tables."""
-    from reports.svg import interval_text
+    from prober.reports.svg import interval_text
 
     console.print(shown(title))
     groups: dict[tuple[str, str], list[Any]] = {}

@@ -136,7 +136,7 @@ class RunnerConfig(_Strict):
     conformance: Literal["all", "off"] = "all"
     progress: bool = True
     lease_seconds: float = Field(600.0, ge=1, description="a running run renews its lease every tenth of "
-                                 "this; a run whose lease expired is marked interrupted (prober.lease)")
+                                 "this; a run whose lease expired is marked interrupted (prober.run.lease)")
 
 
 class StoreConfig(_Strict):

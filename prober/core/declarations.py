@@ -2,7 +2,7 @@
 tests treat them right without knowing any probe: which charts show them, which stored samples are
 worth a human look, and how its metrics form families judged night by night.
 
-A probe class fills these in (probes/base.py); reports/ and the drift tests find them through the
+A probe class fills these in (prober/probes/base.py); prober/reports/ and the drift tests find them through the
 registry (prober/core/probe_registry.py) by the probe name stored with every row, so a probe from
 another package is drawn and judged like a built-in one.
 """
@@ -47,7 +47,7 @@ ChartKind = Literal["versus", "categories", "trend"]
 
 @dataclass(frozen=True)
 class Chart:
-    """A chart a probe wants in its report section, as data (reports/plots.py draws it).
+    """A chart a probe wants in its report section, as data (prober/reports/plots.py draws it).
 
     "versus": `metrics` of the latest run against the numeric label `x`, one series per remaining
     label set, or per value of the `series_by` labels with the shares of cells on one series and x

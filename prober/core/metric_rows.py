@@ -1,5 +1,5 @@
 """What a stored metric row is, for whoever judges it: the drift tests (prober/alerting/drift.py)
-and comparisons of two runs or windows (reports/compare.py) read rows the same way.
+and comparisons of two runs or windows (prober/reports/compare.py) read rows the same way.
 
 The row functions take a metric row dict; the value functions take its fields, for a reader that
 files a baseline's hundred thousand rows as tuples and decides per row only what its value decides

@@ -23,11 +23,11 @@ from prober.core.declarations import MetricFamily
 from prober.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from probes.base import Probe
+    from prober.probes.base import Probe
 
 GROUP = "prober.probes"
 
-# Added by the runner beside every measured loop (prober/runner.py, client honesty).
+# Added by the runner beside every measured loop (prober/run/runner.py, client honesty).
 RUNNER_METRIC_NAMES = frozenset({"client_loop_lag_p99_ms", "client_saturated"})
 
 

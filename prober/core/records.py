@@ -208,7 +208,7 @@ class Run:
     # results should be distrusted because the client itself was saturated.
     loop_lag: dict[str, Any] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
-    # The process running it renews this while it runs (prober.lease); once it has passed, the run
+    # The process running it renews this while it runs (prober.run.lease); once it has passed, the run
     # is stale on whichever host looks.
     lease_expires_at: dt.datetime | None = None
     # Where the run probed from: baselines, drift and SLOs group by (target, site).
@@ -250,8 +250,8 @@ def new_run_id() -> str:
 
 
 class SampleRow(TypedDict, total=False):
-    """A stored sample as `store.Store.samples` returns it (store/schema.py, table `samples`;
-    store/rows.py builds it from a Sample). total=False: a reader can also be handed a row built
+    """A stored sample as `store.Store.samples` returns it (prober/store/schema.py, table `samples`;
+    prober/store/rows.py builds it from a Sample). total=False: a reader can also be handed a row built
     before storage with only the columns it reads (the caching probe's usage readers, tests)."""
 
     id: int

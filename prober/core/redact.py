@@ -3,15 +3,15 @@
 The secrets are the values the configuration points at (API keys, environment-sourced headers,
 webhook secrets and URLs, the database password), read from the environment of the process that
 loaded the configuration and registered here. The store builds every row through this module
-(store/rows.py) and the CLI prints through it, so a 401 body that echoes the key is masked before
+(prober/store/rows.py) and the CLI prints through it, so a 401 body that echoes the key is masked before
 anything is written, in whichever process writes it: the sample writer's child process is handed
-the same secrets when it starts (prober/sample_writer.py).
+the same secrets when it starts (prober/run/sample_writer.py).
 
 Only values of at least `MIN_SECRET_CHARS` characters are replaced in free text. A shorter value is
 likely to occur by chance: a database password "test" would turn every "test" in stored model
 outputs into `***`, changing their hashes and with them the divergence metrics. Real API keys and
 webhook secrets are 32 characters and more. A password inside a URL is masked by the URL's
-structure (`store.engine.redacted`), whatever its length.
+structure (`prober.store.engine.redacted`), whatever its length.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def median(values: Sequence[float]) -> float | None:
 
 # Why a metric must not be judged: its sample cannot bound the percentile's 95% interval.
 INTERVAL_UNBOUNDED = "interval_unbounded"
-# Why a metric must not be judged: the client did not keep its open-loop level's schedule (probes/load.py).
+# Why a metric must not be judged: the client did not keep its open-loop level's schedule (prober/probes/load.py).
 CLIENT_LIMITED = "client_limited"
 
 # What `prober show` and the report say about each flag, and about percentile intervals. The

@@ -56,7 +56,7 @@ class Emulator:
         self.port = 0
         # How many times faster than the scenario the response timeline runs (first-token delay,
         # prefill, decode), and how many tokens each streamed chunk carries. The runner raises them
-        # for probes whose metrics do not measure timing (Probe.timing, prober/runner.py), so that
+        # for probes whose metrics do not measure timing (Probe.timing, prober/run/runner.py), so that
         # their suites finish in minutes (a chunk per token costs the client and the emulator a
         # loop turn each); what is answered does not change, nor the usage.
         self.pace = 1.0

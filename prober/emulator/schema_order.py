@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from prober.emulator.plan import GenRequest, ResponsePlan
 from prober.emulator.scenario import Scenario, SchemaOrderScenario
 from prober.emulator.tokenizer import pseudo_text, tokenize
-from suites.datasets import SHIPPED_SCHEMA_ORDER, LabelledItem, items_by_input
+from prober.suites.datasets import SHIPPED_SCHEMA_ORDER, LabelledItem, items_by_input
 
 if TYPE_CHECKING:
     from prober.emulator.behaviours import ServerState

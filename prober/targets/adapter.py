@@ -29,7 +29,7 @@ from prober.core.records import (
 from prober.targets.base import TargetAdapter
 from prober.targets.errors import classify_error
 from prober.targets.sse import SSEParser
-from prober.transport import (
+from prober.targets.transport import (
     HTTPTransport,
     Response,
     TransportError,

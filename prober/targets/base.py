@@ -14,7 +14,7 @@ class TargetAdapter(abc.ABC):
     protocol: ClassVar[Protocol]
     # True when `send` takes `not_before_ns` (perf_counter_ns): the request is prepared at once and
     # written at that moment, never earlier. An open loop then starts a request a little ahead of
-    # its due time (prober/session.py); for an adapter without it, the loop starts it when due.
+    # its due time (prober/run/session.py); for an adapter without it, the loop starts it when due.
     writes_on_schedule: ClassVar[bool] = False
 
     def __init__(self, target: TargetConfig, base_url: str, api_key: str | None) -> None:

@@ -6,7 +6,7 @@ import json
 import ssl
 from typing import Any
 
-from prober.transport import TransportError
+from prober.targets.transport import TransportError
 
 _MESSAGE_LIMIT = 500
 

@@ -10,7 +10,7 @@ import pytest
 from prober.alerting.alerts import advance, evaluate_run, make_sinks
 from prober.alerting.sinks import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from prober.core.config import ProberConfig
-from store import Store
+from prober.store import Store
 from tests.store.test_store_roundtrip import store_url  # noqa: F401  (SQLite and PostgreSQL)
 from tests.support.history import add_run
 from tests.support.receiver import Receiver

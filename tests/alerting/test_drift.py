@@ -26,7 +26,7 @@ from prober.alerting.drift import (
 from prober.core import stats
 from prober.core.config import DriftConfig, ProberConfig
 from prober.core.metric_rows import is_proportion
-from store import Store
+from prober.store import Store
 from tests.support.history import add_run, share
 
 pytestmark = pytest.mark.unit

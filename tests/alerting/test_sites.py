@@ -10,7 +10,7 @@ from prober.alerting.alerts import evaluate_run
 from prober.alerting.baseline import select_baselines
 from prober.alerting.drift import drift_for_run
 from prober.core.config import ProberConfig
-from store import Store
+from prober.store import Store
 from tests.support.history import add_run
 
 pytestmark = pytest.mark.unit

@@ -11,7 +11,7 @@ from prober.alerting.alerts import evaluate_run
 from prober.alerting.slo import rule_breaks, rule_matches
 from prober.core.config import ProberConfig, SloRule, load_config
 from prober.core.errors import ConfigError
-from store import Store
+from prober.store import Store
 from tests.support.cli import prober
 from tests.support.history import add_run
 

@@ -9,7 +9,7 @@ from prober.alerting.slo_rules import check_rules_known, rule_states, slo_line
 from prober.core.config import SloRule
 from prober.core.errors import ConfigError
 from prober.core.probe_registry import all_metric_names, get_probe
-from probes.base import MetricCollector
+from prober.probes.base import MetricCollector
 from tests.support.cli import prober
 
 pytestmark = pytest.mark.unit

@@ -24,9 +24,9 @@ from typer.testing import CliRunner
 
 from prober.alerting.alerts import evaluate_run
 from prober.alerting.drift import baseline_resets
-from prober.cli import app
+from prober.commands.cli import app
 from prober.core.config import load_config
-from store import Store
+from prober.store import Store
 from tests.support.history import nightly_template_store
 from tests.support.postgres import create_database, postgres_url  # noqa: F401
 

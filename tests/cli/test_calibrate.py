@@ -8,7 +8,7 @@ import pytest
 
 from prober.commands.calibrate import SUITE, TARGET, calibrate, calibration_params
 from prober.core.config import ProberConfig
-from store import Store
+from prober.store import Store
 from tests.support.cli import prober
 
 pytestmark = pytest.mark.emulator

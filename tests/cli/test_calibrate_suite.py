@@ -4,9 +4,9 @@
 import pytest
 
 from prober.core.errors import ConfigError
-from probes.calibration import CalibrationParams
-from store import Store
-from suites.loader import load_suite
+from prober.probes.calibration import CalibrationParams
+from prober.store import Store
+from prober.suites.loader import load_suite
 from tests.support.cli import prober
 
 SUITE = """description = "calibrated latency"

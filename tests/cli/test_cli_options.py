@@ -23,14 +23,14 @@ def test_dash_h_is_help(tmp_path, command):
     short, long = prober(*command, "-h", cwd=tmp_path), prober(*command, "--help", cwd=tmp_path)
     assert short.returncode == long.returncode == 0, short.stderr + long.stderr
     assert short.stdout == long.stdout
-    assert short.stdout.startswith(f"Usage: python -m prober.cli {' '.join(command)}".rstrip())
+    assert short.stdout.startswith(f"Usage: python -m prober {' '.join(command)}".rstrip())
     assert "-h, --help" in short.stdout
 
 
 def test_usage_errors_exit_2_with_the_help_hint(tmp_path):
     unknown = prober("run", "--suite", "latency", "--no-such-option", cwd=tmp_path)
     assert unknown.returncode == 2
-    assert "No such option" in unknown.stderr and "Try 'python -m prober.cli run -h' for help." in unknown.stderr
+    assert "No such option" in unknown.stderr and "Try 'python -m prober run -h' for help." in unknown.stderr
     assert "Traceback" not in unknown.stderr
     missing = prober("show", cwd=tmp_path)
     assert missing.returncode == 2 and "Missing argument" in missing.stderr and "Traceback" not in missing.stderr

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from store import Store
+from prober.store import Store
 from tests.support.cli import assert_one_clear_line, prober
 from tests.support.history import add_run, share
 

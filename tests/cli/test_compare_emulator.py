@@ -20,8 +20,8 @@ import pytest
 from prober.alerting.baseline import what_changed
 from prober.alerting.drift import min_effect_for
 from prober.core.config import DriftConfig, ProberConfig
-from prober.runner import Runner
-from reports.compare import Comparison, Side, compare
+from prober.reports.compare import Comparison, Side, compare
+from prober.run.runner import Runner
 from tests.support.cli import prober
 from tests.support.emulated import emulator_process, ground_truth
 from tests.support.timing import timing_sensitive
@@ -40,7 +40,7 @@ BASE_RUNS = 3
 def _runs(tmp_path, scenario: str, count: int) -> list[tuple[str, dict[int, tuple[float, float]]]]:
     """`count` latency runs against one emulator serving `scenario`: (run id, per concurrency level
     the emulator's own median TTFT over the measured requests and the median client overhead)."""
-    from store import Store
+    from prober.store import Store
 
     found = []
     with emulator_process(tmp_path, scenario) as base_url:
@@ -67,7 +67,7 @@ def _runs(tmp_path, scenario: str, count: int) -> list[tuple[str, dict[int, tupl
 
 
 def _compare_in_process(tmp_path, run_a: str, run_b: str) -> Comparison:
-    from store import Store
+    from prober.store import Store
 
     with Store.open(f"sqlite:///{tmp_path}/prober.db") as store:
         return compare(store, Side("A", [store.get_run(run_a)]), Side("B", [store.get_run(run_b)]), what_changed,

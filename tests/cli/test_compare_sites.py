@@ -11,7 +11,7 @@ from rich.console import Console
 from prober.commands.compare import compare_command
 from prober.core.config import ProberConfig
 from prober.core.errors import ConfigError
-from store import Store
+from prober.store import Store
 from tests.support.history import add_run
 
 pytestmark = pytest.mark.unit

@@ -8,8 +8,8 @@ import pytest
 
 from prober.commands.dry_run import plan_run
 from prober.core.config import ProberConfig
-from prober.runner import Runner
-from store import Store
+from prober.run.runner import Runner
+from prober.store import Store
 
 pytestmark = pytest.mark.emulator
 

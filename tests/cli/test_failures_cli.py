@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from prober.core.config import ProberConfig
-from prober.runner import Runner
+from prober.run.runner import Runner
+from prober.store import Store
 from prober.targets.openai import OpenAIStreamDecoder
-from store import Store
 from tests.support.cli import prober, wait_for_samples
 from tests.support.emulated import emulator_process, ground_truth
 
@@ -190,7 +190,7 @@ def test_a_signal_to_the_whole_process_group_ends_the_run_interrupted_with_every
     """As `timeout`, systemd and Ctrl-C do: the sample-writer child gets the signal too."""
     with emulator_process(tmp_path, SLOW) as base_url:
         config = _config(tmp_path, base_url)
-        process = subprocess.Popen([sys.executable, "-m", "prober.cli", "run", "--suite", "latency", "--target", "emu",
+        process = subprocess.Popen([sys.executable, "-m", "prober", "run", "--suite", "latency", "--target", "emu",
                                     "--config", str(config), "--param", "levels=[2]", "--param",
                                     "requests_per_level=500", "--param", "warmup=0"],
                                    cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from store import Store
+from prober.store import Store
 from tests.support.cli import prober
 from tests.support.emulated import emulator_process
 from tests.support.postgres import create_database
@@ -47,7 +47,7 @@ def fleet(request, tmp_path):
 def _run_at_once(config: Path, runs: list[tuple[list[str], dict[str, str]]]) -> list[subprocess.CompletedProcess]:
     """`prober run --suite latency` once per (extra arguments, environment), all started together."""
     params = [arg for param in PARAMS for arg in ("--param", param)]
-    started = [subprocess.Popen([sys.executable, "-m", "prober.cli", "run", "--suite", "latency", "--config",
+    started = [subprocess.Popen([sys.executable, "-m", "prober", "run", "--suite", "latency", "--config",
                                  str(config), *params, *args],
                                 cwd=config.parent, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **env},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from store import Store
+from prober.store import Store
 from tests.support.cli import assert_one_clear_line, prober
 
 pytestmark = pytest.mark.unit

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from store import Store
+from prober.store import Store
 from tests.support.cli import prober
 from tests.support.hostile import FORMULA, HostileServer
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from store import Store
+from prober.store import Store
 from tests.support.cli import assert_one_clear_line, prober
 from tests.support.history import nightly_template_store
 
@@ -97,7 +97,7 @@ def test_prune_while_a_run_writes_loses_nothing_of_that_run(tmp_path: Path) -> N
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     log = tmp_path / "live.log"      # a file, not a pipe: nobody reads it while the loop prunes
     with log.open("w") as sink:
-        live = subprocess.Popen([sys.executable, "-m", "prober.cli", *RUN, "--config", str(config)], cwd=tmp_path,
+        live = subprocess.Popen([sys.executable, "-m", "prober", *RUN, "--config", str(config)], cwd=tmp_path,
                                 env=env, stdout=sink, stderr=subprocess.STDOUT)
     try:
         running = _running_run(url, time.monotonic() + 120)

@@ -3,7 +3,7 @@ line, exit code 2, no traceback, and no run started (nothing is sent)."""
 
 import pytest
 
-from store import Store
+from prober.store import Store
 from tests.support.cli import assert_one_clear_line, prober
 
 pytestmark = pytest.mark.unit

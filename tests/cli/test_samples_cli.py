@@ -7,7 +7,7 @@ import json
 import pytest
 
 from prober.core.records import Exchange, Sample
-from store import Store
+from prober.store import Store
 from tests.support.cli import prober
 from tests.support.history import T0, add_run
 

@@ -10,8 +10,8 @@ import pytest
 from prober.commands.terminal import fmt
 from prober.core.config import ProberConfig
 from prober.core.records import Metric, default_site
-from prober.runner import Runner
-from store import Store
+from prober.run.runner import Runner
+from prober.store import Store
 from tests.support.cli import prober
 
 LONG_LABEL = "a_label_value_far_longer_than_any_column_of_an_eighty_column_terminal_could_hold"

@@ -11,7 +11,7 @@ import pytest
 from scipy.stats import lognorm, quantile_test
 
 from prober.core import stats
-from probes.latency import LatencyParams, LatencyProbe
+from prober.probes.latency import LatencyParams, LatencyProbe
 
 pytestmark = pytest.mark.unit
 
@@ -119,7 +119,7 @@ def test_latency_stores_every_percentile_with_its_interval_and_flags_an_unbounde
 
 
 def test_the_latency_suite_defaults_bound_p99():
-    from suites.loader import load_suite
+    from prober.suites.loader import load_suite
 
     assert LatencyParams().requests_per_level >= stats.min_n_for_bounded_percentile(99)
     (entry,) = load_suite("latency", []).entries
@@ -127,7 +127,7 @@ def test_the_latency_suite_defaults_bound_p99():
 
 
 def test_show_and_history_mark_a_flagged_percentile_and_say_why(tmp_path):
-    from store import Store
+    from prober.store import Store
     from tests.support.cli import prober
     from tests.support.history import add_run
 

@@ -11,7 +11,7 @@ import pytest
 
 from prober.emulator import Scenario, anthropic_wire, openai_wire
 from prober.emulator.behaviours import Pipeline, ServerState, base_behaviours
-from probes.divergence import SHIPPED_PROMPTS
+from prober.probes.divergence import SHIPPED_PROMPTS
 from tests.support.emulator import run, running
 
 pytestmark = pytest.mark.emulator

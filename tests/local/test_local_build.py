@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from prober import local, local_build
+from prober.local import build as local_build
+from prober.local import server as local
 from tests.support.cli import prober
 
 # A stand-in for a binary built for CPU features the kernel does not allow: it dies of SIGILL the

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from probes.arrivals import inter_arrivals, schedule
+from prober.probes.arrivals import inter_arrivals, schedule
 
 pytestmark = pytest.mark.unit
 

@@ -8,8 +8,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from probes import caching_requests as rq
-from probes.caching import (
+from prober.probes import caching_requests as rq
+from prober.probes.caching import (
     CacheReads,
     CachingParams,
     CachingProbe,

@@ -16,8 +16,8 @@ import re
 import pytest
 
 from prober.core.config import ProberConfig
-from prober.runner import Runner
-from store import Store
+from prober.run.runner import Runner
+from prober.store import Store
 from tests.support.cli import prober
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(900)]

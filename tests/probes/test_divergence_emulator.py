@@ -11,8 +11,8 @@ from prober.emulator import Scenario, load_scenario
 from prober.emulator.behaviours import Pipeline, ServerState, base_behaviours
 from prober.emulator.nondeterminism import divergence_probability, flip_probability
 from prober.emulator.plan import GenRequest, PromptBlock
-from probes.divergence import DivergenceParams
-from store.rows import output_fields
+from prober.probes.divergence import DivergenceParams
+from prober.store.rows import output_fields
 from tests.support.emulated import run_suite_on_emulator
 
 pytestmark = pytest.mark.emulator

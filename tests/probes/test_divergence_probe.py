@@ -7,14 +7,14 @@ from pydantic import ValidationError
 
 from prober.core.errors import ConfigError
 from prober.core.probe_registry import get_probe
-from probes.divergence import (
+from prober.probes.divergence import (
     DivergenceParams,
     build_request,
     common_prefix_length,
     output_token_pieces,
 )
-from store.rows import output_fields
-from suites.loader import load_suite
+from prober.store.rows import output_fields
+from prober.suites.loader import load_suite
 
 pytestmark = pytest.mark.unit
 

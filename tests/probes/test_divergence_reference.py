@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from prober.core.probe_registry import get_probe
-from probes.divergence import DivergenceParams
-from store.rows import output_fields
+from prober.probes.divergence import DivergenceParams
+from prober.store.rows import output_fields
 
 pytestmark = pytest.mark.unit
 

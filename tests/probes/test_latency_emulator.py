@@ -7,8 +7,8 @@ import pytest
 
 from prober.core import stats
 from prober.core.config import ProberConfig
-from prober.runner import Runner
-from store import Store
+from prober.run.runner import Runner
+from prober.store import Store
 from tests.support.emulated import emulator_process, ground_truth
 from tests.support.timing import CLIENT_MEDIAN_RATIO, median_allowed, reference_lateness, timing_sensitive
 

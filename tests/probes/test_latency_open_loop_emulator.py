@@ -7,9 +7,9 @@ import threading
 import pytest
 
 from prober.core.config import ProberConfig
-from prober.runner import Runner
-from probes.arrivals import schedule
-from store import Store
+from prober.probes.arrivals import schedule
+from prober.run.runner import Runner
+from prober.store import Store
 from tests.support.cli import prober
 from tests.support.emulated import emulator_process, ground_truth
 from tests.support.timing import CLIENT_MEDIAN_RATIO, assert_on_time, reference_lateness, timing_sensitive

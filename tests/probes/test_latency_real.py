@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from store import Store
+from prober.store import Store
 from tests.support.cli import prober
 from tests.support.llama import free_port
 
@@ -54,7 +54,7 @@ def test_local_start_then_latency_suite(tmp_path):
 
 def test_an_open_loop_level_completes_and_stores_every_sample(tmp_path, llama_servers):
     from prober.core.config import ProberConfig
-    from prober.runner import Runner
+    from prober.run.runner import Runner
 
     server = llama_servers.get()
     config = ProberConfig.model_validate({

@@ -4,8 +4,8 @@ import datetime as dt
 
 import pytest
 
-from probes.latency import LatencyParams, LatencyProbe
-from probes.ttft_split import server_prefill_ms, ttft_split
+from prober.probes.latency import LatencyParams, LatencyProbe
+from prober.probes.ttft_split import server_prefill_ms, ttft_split
 
 pytestmark = pytest.mark.unit
 

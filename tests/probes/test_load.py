@@ -2,9 +2,9 @@
 
 import pytest
 
-from probes.base import MetricCollector
-from probes.latency import LatencyParams
-from probes.load import add_capacity, capacity_bracket, client_verdict, step_passes
+from prober.probes.base import MetricCollector
+from prober.probes.latency import LatencyParams
+from prober.probes.load import add_capacity, capacity_bracket, client_verdict, step_passes
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from probes.penalty_analysis import analyse_records, edit_distance
+from prober.probes.penalty_analysis import analyse_records, edit_distance
 
 pytestmark = pytest.mark.unit
 

@@ -8,8 +8,8 @@ from prober.emulator import Scenario, load_scenario
 from prober.emulator.behaviours import Pipeline, ServerState, base_behaviours
 from prober.emulator.penalty import Penalties, key_variants
 from prober.emulator.plan import GenRequest, PromptBlock
-from probes.penalty import FIELD_NAMES, OPTIONAL_FIELDS, records_prompt, records_schema
-from probes.penalty_analysis import analyse_records
+from prober.probes.penalty import FIELD_NAMES, OPTIONAL_FIELDS, records_prompt, records_schema
+from prober.probes.penalty_analysis import analyse_records
 from tests.support.emulated import run_suite_on_emulator
 
 pytestmark = pytest.mark.emulator

@@ -8,9 +8,7 @@ from pydantic import ValidationError
 from prober.core import stats
 from prober.core.config import TargetConfig
 from prober.core.probe_registry import get_probe
-from prober.targets.anthropic import AnthropicAdapter
-from prober.targets.openai import OpenAIAdapter
-from probes.penalty import (
+from prober.probes.penalty import (
     Cell,
     PenaltyParams,
     build_request,
@@ -20,8 +18,10 @@ from probes.penalty import (
     interleaved,
     records_prompt,
 )
-from store.rows import output_fields
-from suites.loader import load_suite
+from prober.store.rows import output_fields
+from prober.suites.loader import load_suite
+from prober.targets.anthropic import AnthropicAdapter
+from prober.targets.openai import OpenAIAdapter
 
 pytestmark = pytest.mark.unit
 

@@ -1,7 +1,7 @@
 """Probes as plugins: every probe is found through the `prober.probes` entry-point group, the
 built-ins too; a package installed for real (pip, into a directory on PYTHONPATH) adds a probe that
 `prober run` runs against the emulator and `prober report` draws from its own declarations; a
-broken or clashing plugin is one line and exit 2 naming its distribution; and reports/ imports no
+broken or clashing plugin is one line and exit 2 naming its distribution; and prober/reports/ imports no
 probe, so the declarations are the only way in."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 from prober.core import probe_registry as registry
 from prober.core.probe_registry import GROUP, probe_class, probe_names
-from store import Store
+from prober.store import Store
 from tests.support.cli import prober
 from tests.support.history import share
 
@@ -29,7 +29,7 @@ EXAMPLE = ROOT / "examples" / "external-probe"
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(300)]
 
 
-# --- reports/ renders declarations, it imports no probe ---------------------------------------------
+# --- prober/reports/ renders declarations, it imports no probe ---------------------------------------------
 
 def _module_level_imports(tree: ast.Module) -> list[str]:
     """Modules imported when the module is imported: its top-level statements, including those
@@ -54,17 +54,19 @@ def _module_level_imports(tree: ast.Module) -> list[str]:
 
 
 def _imports_probes(source: str) -> list[str]:
-    return [m for m in _module_level_imports(ast.parse(source)) if m == "probes" or m.startswith("probes.")]
+    return [m for m in _module_level_imports(ast.parse(source))
+            if m == "prober.probes" or m.startswith("prober.probes.")]
 
 
 def test_reports_import_no_probe_at_module_level():
     # The check itself sees an import of a probe module, at the top or under a top-level try.
-    assert _imports_probes("from probes.penalty import NO_OP\n") == ["probes.penalty"]
-    assert _imports_probes("try:\n    import probes.latency\nexcept ImportError:\n    pass\n") == ["probes.latency"]
-    assert _imports_probes("def f():\n    from probes import base\n") == []
-    offenders = {path.name: found for path in sorted((ROOT / "reports").rglob("*.py"))
+    assert _imports_probes("from prober.probes.penalty import NO_OP\n") == ["prober.probes.penalty"]
+    guarded = "try:\n    import prober.probes.latency\nexcept ImportError:\n    pass\n"
+    assert _imports_probes(guarded) == ["prober.probes.latency"]
+    assert _imports_probes("def f():\n    from prober.probes import base\n") == []
+    offenders = {path.name: found for path in sorted((ROOT / "prober" / "reports").rglob("*.py"))
                  if (found := _imports_probes(path.read_text()))}
-    assert offenders == {}, f"reports/ must find probes through prober.core.probe_registry: {offenders}"
+    assert offenders == {}, f"prober/reports/ must find probes through prober.core.probe_registry: {offenders}"
 
 
 # --- the built-ins come through the entry-point group ----------------------------------------------
@@ -87,8 +89,8 @@ def _probe_classes_in(path: Path) -> list[str]:
 
 def test_every_builtin_probe_is_registered_in_pyproject_and_installed_metadata():
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][GROUP]
-    in_modules = sorted(name for path in (ROOT / "probes").glob("*.py") for name in _probe_classes_in(path))
-    assert in_modules == sorted(declared), "a probe class in probes/ without its pyproject entry point, or back"
+    in_modules = sorted(name for path in (ROOT / "prober" / "probes").glob("*.py") for name in _probe_classes_in(path))
+    assert in_modules == sorted(declared), "a probe class in prober/probes/ without its pyproject entry point, or back"
     installed = {ep.name: ep.value for ep in distribution("prober").entry_points if ep.group == GROUP}
     assert installed == declared, "stale metadata: re-run pip install -e '.[test]'"
     assert set(declared) <= set(probe_names())
@@ -214,7 +216,7 @@ def test_two_distributions_claiming_one_probe_name_is_one_line_naming_both(tmp_p
     assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
     assert "probe 'latency' is registered twice" in run.stderr
     assert "latency-impostor 1.0 (latency_impostor:Plugin)" in run.stderr
-    assert "prober 0.1.0 (probes.latency:LatencyProbe)" in run.stderr
+    assert "prober 0.1.0 (prober.probes.latency:LatencyProbe)" in run.stderr
 
 
 def test_the_example_probe_judges_tool_calls_by_its_schema(monkeypatch):

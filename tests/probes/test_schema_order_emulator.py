@@ -12,7 +12,7 @@ from prober.emulator import Scenario, load_scenario
 from prober.emulator.behaviours import Pipeline, ServerState, base_behaviours
 from prober.emulator.plan import GenRequest, PromptBlock
 from prober.emulator.schema_order import item_outcomes
-from suites.datasets import SHIPPED_SCHEMA_ORDER, load_labelled_jsonl
+from prober.suites.datasets import SHIPPED_SCHEMA_ORDER, load_labelled_jsonl
 from tests.support.emulated import run_suite_on_emulator
 
 pytestmark = pytest.mark.emulator

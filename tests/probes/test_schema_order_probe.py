@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from prober.core.errors import ConfigError
-from probes.schema_order import SchemaOrderParams, SchemaVariant, build_request, grade, output_json_text
-from suites.datasets import SHIPPED_SCHEMA_ORDER, load_labelled_jsonl
-from suites.loader import load_suite
+from prober.probes.schema_order import SchemaOrderParams, SchemaVariant, build_request, grade, output_json_text
+from prober.suites.datasets import SHIPPED_SCHEMA_ORDER, load_labelled_jsonl
+from prober.suites.loader import load_suite
 from tests.support.cli import prober
 
 pytestmark = pytest.mark.unit
@@ -48,7 +48,7 @@ def test_shipped_labels_are_the_computed_weekdays():
 def test_the_dataset_ships_with_the_package():
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert '"data/*.jsonl"' in pyproject
-    assert SHIPPED_SCHEMA_ORDER.parent == ROOT / "suites" / "data"
+    assert SHIPPED_SCHEMA_ORDER.parent == ROOT / "prober" / "suites" / "data"
 
 
 @pytest.mark.parametrize("lines, message", [

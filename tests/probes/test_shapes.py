@@ -9,9 +9,9 @@ from pydantic import ValidationError
 from scipy import stats as sps
 
 from prober.core.errors import ConfigError
-from probes.latency import LatencyParams, shaped_request
-from probes.shapes import LengthShape, ShapeSampler, load_dataset, load_trace
-from suites.loader import load_suite
+from prober.probes.latency import LatencyParams, shaped_request
+from prober.probes.shapes import LengthShape, ShapeSampler, load_dataset, load_trace
+from prober.suites.loader import load_suite
 
 pytestmark = pytest.mark.unit
 

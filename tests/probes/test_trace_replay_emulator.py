@@ -61,7 +61,7 @@ def test_a_replayed_trace_arrives_on_its_scaled_timestamps_with_its_lengths(tmp_
 def test_trace_arrival_and_trace_file_go_together():
     from pydantic import ValidationError
 
-    from probes.latency import LatencyParams
+    from prober.probes.latency import LatencyParams
 
     with pytest.raises(ValidationError, match="give both or neither"):
         LatencyParams.model_validate({"arrival": "trace"})

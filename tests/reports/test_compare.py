@@ -1,4 +1,4 @@
-"""reports/compare.py against independent references (scipy, statsmodels), the coverage of its
+"""prober/reports/compare.py against independent references (scipy, statsmodels), the coverage of its
 interval for a percentile ratio by simulation, and what it refuses to compare."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from prober.alerting.baseline import what_changed
 from prober.alerting.drift import min_effect_for
 from prober.core import stats
 from prober.core.config import DriftConfig
-from reports.compare import Side, compare
-from reports.compare_render import render_html, render_json, render_markdown
-from store import Store
+from prober.reports.compare import Side, compare
+from prober.reports.compare_render import render_html, render_json, render_markdown
+from prober.store import Store
 from tests.support.history import add_run, share
 
 pytestmark = pytest.mark.unit

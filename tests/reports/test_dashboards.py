@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.prometheus import exposition
+from prober.reports.prometheus import exposition
 from tests.support.cli import prober
 from tests.support.report_store import EVIL_TARGET, NOW, write_cli_config
 

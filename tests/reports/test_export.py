@@ -14,9 +14,9 @@ import pytest
 
 from prober.core.config import ProberConfig
 from prober.core.records import Metric, Run
-from prober.runner import Runner
-from reports.prometheus import exposition, gauge_name, label_name, label_value
-from store import Store
+from prober.reports.prometheus import exposition, gauge_name, label_name, label_value
+from prober.run.runner import Runner
+from prober.store import Store
 from tests.support.cli import prober
 
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)

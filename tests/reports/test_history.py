@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from prober.core.records import Metric, Run
-from store import Store
+from prober.store import Store
 from tests.support.cli import prober
 from tests.support.postgres import create_database
 

@@ -1,4 +1,4 @@
-"""`prober history` over a long window: one row per ISO week and series (reports/history.weekly)."""
+"""`prober history` over a long window: one row per ISO week and series (prober/reports/history.weekly)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from reports.history import weekly
+from prober.reports.history import weekly
 
 pytestmark = pytest.mark.unit
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from reports.svg import interval_text
+from prober.reports.svg import interval_text
 
 pytestmark = pytest.mark.unit
 

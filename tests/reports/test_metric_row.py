@@ -1,4 +1,4 @@
-"""The Latest-metrics row (reports/html.metric_row) and the collector pause around a report."""
+"""The Latest-metrics row (prober/reports/html.metric_row) and the collector pause around a report."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import gc
 
 import pytest
 
-from prober.core.gc_pause import collector_paused
-from reports.calibration import Overhead
-from reports.collect import LatestMetric, SloResult
-from reports.html import metric_row
+from prober.core.collector import collector_paused
+from prober.reports.calibration import Overhead
+from prober.reports.collect import LatestMetric, SloResult
+from prober.reports.html import metric_row
 
 pytestmark = pytest.mark.unit
 

@@ -16,12 +16,12 @@ from markupsafe import escape
 
 from prober.alerting.verdicts import ReportVerdicts
 from prober.core.errors import ConfigError
-from reports.collect import collect, parse_since
-from reports.html import render_html
-from reports.json_report import render_json
-from reports.markdown import code_block, render_markdown, text
-from reports.plots import suite_plots
-from reports.svg import render
+from prober.reports.collect import collect, parse_since
+from prober.reports.html import render_html
+from prober.reports.json_report import render_json
+from prober.reports.markdown import code_block, render_markdown, text
+from prober.reports.plots import suite_plots
+from prober.reports.svg import render
 from tests.support.chromium import chromium
 from tests.support.cli import prober
 from tests.support.report_store import EVIL_TARGET, IMG, SCRIPT

@@ -8,11 +8,11 @@ import datetime as dt
 import pytest
 
 from prober.core.records import Metric, Run
-from reports.calibration import host_calibration
-from reports.collect import collect
-from reports.html import render_html
-from reports.markdown import render_markdown
-from store import Store
+from prober.reports.calibration import host_calibration
+from prober.reports.collect import collect
+from prober.reports.html import render_html
+from prober.reports.markdown import render_markdown
+from prober.store import Store
 
 pytestmark = pytest.mark.unit
 

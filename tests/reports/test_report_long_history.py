@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from prober.alerting.verdicts import ReportVerdicts
-from reports.collect import DETAIL_RUNS, MAX_PERIODS, collect, load_window
-from reports.html import render_html
-from reports.site import RUN_PAGES, write_site
-from store import Store
+from prober.reports.collect import DETAIL_RUNS, MAX_PERIODS, collect, load_window
+from prober.reports.html import render_html
+from prober.reports.site import RUN_PAGES, write_site
+from prober.store import Store
 from tests.support.history import nightly_template_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))

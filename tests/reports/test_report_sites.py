@@ -9,11 +9,11 @@ import pytest
 
 from prober.alerting.verdicts import ReportVerdicts
 from prober.core.config import SloRule
-from reports.collect import collect
-from reports.html import render_html
-from reports.markdown import render_markdown
-from reports.prometheus import describe, exposition, recent_runs
-from store import Store
+from prober.reports.collect import collect
+from prober.reports.html import render_html
+from prober.reports.markdown import render_markdown
+from prober.reports.prometheus import describe, exposition, recent_runs
+from prober.store import Store
 from tests.support.history import add_run
 
 pytestmark = pytest.mark.unit

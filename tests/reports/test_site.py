@@ -12,8 +12,8 @@ import pytest
 from markupsafe import escape
 
 from prober.alerting.verdicts import ReportVerdicts
-from reports.collect import anchors, collect, run_page_name, slug
-from reports.markdown import render_markdown
+from prober.reports.collect import anchors, collect, run_page_name, slug
+from prober.reports.markdown import render_markdown
 from tests.support.chromium import chromium
 from tests.support.cli import prober
 from tests.support.report_store import EVIL_TARGET, FAILED_RUN, write_cli_config

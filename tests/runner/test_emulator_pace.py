@@ -12,10 +12,10 @@ import pytest
 
 from prober.core.config import ProberConfig
 from prober.emulator.tokenizer import count_tokens
-from prober.runner import EMULATOR_PACE, Runner
-from probes.latency import LatencyProbe
-from probes.schema_order import SchemaOrderProbe
-from store import Store
+from prober.probes.latency import LatencyProbe
+from prober.probes.schema_order import SchemaOrderProbe
+from prober.run.runner import EMULATOR_PACE, Runner
+from prober.store import Store
 
 pytestmark = pytest.mark.emulator
 

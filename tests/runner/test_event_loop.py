@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from prober import event_loop
 from prober.core.errors import ConfigError
-from store import Store
+from prober.run import event_loop
+from prober.store import Store
 from tests.runner.test_run_lifecycle import SLOW, _write_config
 from tests.support.cli import prober
 from tests.support.emulated import emulator_process

@@ -13,12 +13,12 @@ import weakref
 import pytest
 from rich.console import Console
 
-from prober import session as session_module
-from prober.budget import RunBudget
 from prober.core.config import Budget, RunnerConfig, TargetConfig
 from prober.core.records import ChatRequest, Exchange, utcnow
-from prober.progress import RunProgress
-from prober.session import TargetGate, TargetSession, send_lag_ns
+from prober.run import session as session_module
+from prober.run.budget import RunBudget
+from prober.run.progress import RunProgress
+from prober.run.session import TargetGate, TargetSession, send_lag_ns
 from prober.targets.base import TargetAdapter
 
 pytestmark = pytest.mark.unit

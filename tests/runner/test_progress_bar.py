@@ -9,7 +9,7 @@ import time
 import pytest
 from rich.console import Console
 
-from prober.progress import RunProgress
+from prober.run.progress import RunProgress
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from prober.alerting.drift import baseline_window
-from store import Store
+from prober.store import Store
 from tests.support.cli import prober
 from tests.support.llama import free_port
 
@@ -156,10 +156,10 @@ def test_two_entries_of_one_probe_are_kept_apart(tmp_path):
 
 def test_a_version_2_database_keeps_its_runs_and_they_reset_the_baseline(tmp_path):
     from prober.alerting.baseline import select_baselines
-    from store import migrate
-    from store.engine import open_engine
-    from store.rows import run_row
-    from store.schema import runs
+    from prober.store import migrate
+    from prober.store.engine import open_engine
+    from prober.store.rows import run_row
+    from prober.store.schema import runs
     from tests.store.test_store_roundtrip import make_run
 
     url = f"sqlite:///{tmp_path}/old.db"

@@ -3,7 +3,7 @@ import random
 import pytest
 
 from prober.core.records import Exchange, utcnow
-from prober.retry import retry_delay, server_retry_after, should_retry
+from prober.run.retry import retry_delay, server_retry_after, should_retry
 
 pytestmark = pytest.mark.unit
 

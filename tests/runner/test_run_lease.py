@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from store import Store
+from prober.store import Store
 from tests.support.cli import wait_for_samples
 from tests.support.emulated import emulator_process
 from tests.support.postgres import create_database
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() 
 
 def _as_host(hostname, *args):
     """argv running `prober ARGS` with its own hostname."""
-    return ["unshare", "-u", "sh", "-c", 'hostname "$0" && exec "$@"', hostname, sys.executable, "-m", "prober.cli",
+    return ["unshare", "-u", "sh", "-c", 'hostname "$0" && exec "$@"', hostname, sys.executable, "-m", "prober",
             *args]
 
 

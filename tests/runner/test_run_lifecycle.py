@@ -9,8 +9,8 @@ import time
 import pytest
 
 from prober.core.config import ProberConfig
-from prober.runner import Runner
-from store import Store
+from prober.run.runner import Runner
+from prober.store import Store
 from tests.support.cli import prober
 from tests.support.emulated import emulator_process
 from tests.support.llama import free_port
@@ -29,7 +29,7 @@ def _start_run(tmp_path, config, *params):
     args = ["run", "--suite", "latency", "--target", "emu", "--config", str(config)]
     for p in params:
         args += ["--param", p]
-    return subprocess.Popen([sys.executable, "-m", "prober.cli", *args], cwd=tmp_path,
+    return subprocess.Popen([sys.executable, "-m", "prober", *args], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

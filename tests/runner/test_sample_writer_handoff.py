@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from prober.core.records import Exchange, Run, Sample
-from prober.sample_writer import SampleWriterProcess
-from store import Store
+from prober.run.sample_writer import SampleWriterProcess
+from prober.store import Store
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from prober.sample_writer import WRITER_NICENESS, SampleWriterProcess
+from prober.run.sample_writer import WRITER_NICENESS, SampleWriterProcess
 
 pytestmark = pytest.mark.unit
 

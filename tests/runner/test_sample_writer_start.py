@@ -1,4 +1,4 @@
-"""How a sample writer starts: from multiprocessing's fork server (prober/sample_writer.py), which
+"""How a sample writer starts: from multiprocessing's fork server (prober/run/sample_writer.py), which
 must outlive a SIGTERM sent to the whole process group, since the writer's exit status reaches
 the run through it."""
 
@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from prober.sample_writer import WRITER_MODULES
+from prober.run.sample_writer import WRITER_MODULES
 from tests.support.writer_fork_server import PRELOAD
 
 pytestmark = pytest.mark.unit
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.unit
 # started, then SIGTERM to the whole group, as systemd and `timeout` send it.
 RUN = textwrap.dedent("""
     import os, signal, sys, time
-    from prober.sample_writer import SampleWriterProcess
+    from prober.run.sample_writer import SampleWriterProcess
 
     if __name__ == "__main__":
         signal.signal(signal.SIGTERM, lambda *_: None)

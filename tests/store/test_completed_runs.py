@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from prober.core.records import Run
-from store import Store
+from prober.store import Store
 
 pytestmark = pytest.mark.unit
 

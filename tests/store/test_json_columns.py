@@ -19,8 +19,8 @@ import uuid
 
 import pytest
 
-from store import coltypes
-from store.coltypes import dumps_json
+from prober.store import coltypes
+from prober.store.coltypes import dumps_json
 
 pytestmark = pytest.mark.unit
 

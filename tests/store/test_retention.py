@@ -1,4 +1,4 @@
-"""Retention (store/retention.py): samples, or only their output text, of finished runs older than
+"""Retention (prober/store/retention.py): samples, or only their output text, of finished runs older than
 a cutoff go; runs, metrics and running runs stay; SQLite gives the space back."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from prober.core.records import Exchange, Run, Sample
-from store import Store
+from prober.store import Store
 from tests.support.history import T0, add_run, latency_samples
 from tests.support.postgres import create_database, postgres_url  # noqa: F401
 

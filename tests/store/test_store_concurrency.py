@@ -10,9 +10,9 @@ import time
 
 import sqlalchemy as sa
 
-from store import Store
-from store.engine import open_engine
-from store.migrations import MIGRATIONS, migrate, schema_migrations
+from prober.store import Store
+from prober.store.engine import open_engine
+from prober.store.migrations import MIGRATIONS, migrate, schema_migrations
 from tests.store.test_store_roundtrip import make_run, make_sample, store_url  # noqa: F401
 from tests.support.postgres import postgres_url  # noqa: F401
 

@@ -8,10 +8,10 @@ import pytest
 import sqlalchemy as sa
 
 from prober.core.errors import ConfigError
-from store import MIGRATIONS, Store, migrate, schema_version
-from store.engine import open_engine
-from store.migrations import add_column
-from store.schema import metadata
+from prober.store import MIGRATIONS, Store, migrate, schema_version
+from prober.store.engine import open_engine
+from prober.store.migrations import add_column
+from prober.store.schema import metadata
 from tests.store.test_store_roundtrip import make_run, make_sample, store_url, write_samples  # noqa: F401
 from tests.support.postgres import postgres_url  # noqa: F401
 
@@ -70,7 +70,7 @@ def test_new_database_gets_the_whole_schema(store_url):
 
 
 def test_migrated_schema_matches_declared_schema(store_url):
-    """store.schema (what the code queries) and the migrations (what databases get) agree."""
+    """prober.store.schema (what the code queries) and the migrations (what databases get) agree."""
     Store.open(store_url).close()
     engine = open_engine(store_url)
     try:

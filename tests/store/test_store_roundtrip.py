@@ -19,7 +19,7 @@ import pytest
 
 from prober.core.errors import ConfigError
 from prober.core.records import Exchange, Metric, Run, Sample
-from store import Store
+from prober.store import Store
 from tests.support.postgres import create_database, postgres_url  # noqa: F401
 
 UTC = dt.UTC

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from store import SampleWriteError, Store
+from prober.store import SampleWriteError, Store
 from tests.store.test_store_roundtrip import db, make_run, make_sample, store_url  # noqa: F401
 from tests.support.postgres import postgres_url  # noqa: F401
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from prober.core.config import ProberConfig
-from prober.runner import Runner
-from store import Store
+from prober.run.runner import Runner
+from prober.store import Store
 from tests.support.cli import prober
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(600)]

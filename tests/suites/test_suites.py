@@ -1,7 +1,7 @@
 import pytest
 
 from prober.core.errors import ConfigError
-from suites.loader import available_suites, load_suite
+from prober.suites.loader import available_suites, load_suite
 
 pytestmark = pytest.mark.unit
 

@@ -56,10 +56,10 @@ def _environment(env: dict[str, str] | None) -> dict[str, str]:
 
 def prober(*args: str, cwd: Path, env: dict[str, str] | None = None,
            timeout: float = 600) -> subprocess.CompletedProcess:
-    """`python -m prober.cli ARGS` in `cwd`, its output captured as text: a fresh process forked
+    """`python -m prober ARGS` in `cwd`, its output captured as text: a fresh process forked
     from a zygote that has the third-party imports done (tests/support/prober_zygote.py), about
     0.55 s of CPU less per command than a new interpreter."""
-    command = [sys.executable, "-m", "prober.cli", *args]
+    command = [sys.executable, "-m", "prober", *args]
     reply = _ask({"args": list(args), "cwd": str(cwd), "env": _environment(env), "timeout": timeout})
     if reply["timeout"]:
         raise subprocess.TimeoutExpired(command, timeout, reply["stdout"], reply["stderr"])
@@ -73,7 +73,7 @@ class BackgroundProber:
 
     def __init__(self, *args: str, cwd: Path, stderr_path: Path) -> None:
         stderr_path.write_bytes(b"")
-        self.args = [sys.executable, "-m", "prober.cli", *args]
+        self.args = [sys.executable, "-m", "prober", *args]
         self.stdout = None
         self.stderr = stderr_path.open("rb")
         self.returncode: int | None = None
@@ -113,7 +113,7 @@ def run_suite_on_local(tmp_path: Path, port: int, suite: str, *params: str, prot
     """`prober run --suite SUITE --target local --param ...` through the CLI against a llama-server
     on `port`, storing into tmp_path; asserts the run completed (exit 0) with no failed request and
     returns its stored samples and metrics."""
-    from store import Store
+    from prober.store import Store
 
     config = tmp_path / "prober.toml"
     config.write_text(f'[store]\nurl = "sqlite:///{tmp_path}/p.db"\n\n[runner]\nprogress = false\n\n'
@@ -138,7 +138,7 @@ def wait_for_samples(db_url: str, at_least: int, timeout: float = 60.0) -> str:
     """The id of the newest run once it has `at_least` stored samples (a run going on in another process)."""
     import time
 
-    from store import Store
+    from prober.store import Store
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -42,8 +42,8 @@ def run_suite_on_emulator(tmp_path: Path, scenario: str, protocol: str, suite: s
     keys for the target's config, e.g. pricing); return the run's stored samples, its stored
     metrics and the emulator's ground truth."""
     from prober.core.config import ProberConfig
-    from prober.runner import Runner
-    from store import Store
+    from prober.run.runner import Runner
+    from prober.store import Store
 
     with emulator_process(tmp_path, scenario) as base_url:
         config = ProberConfig.model_validate({

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from prober import event_loop
+from prober.run import event_loop
 
 
 @pytest.fixture(params=event_loop.CHOICES)

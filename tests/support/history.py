@@ -9,7 +9,7 @@ import socket
 from typing import Any
 
 from prober.core.records import Exchange, Metric, Run, Sample
-from store import Store
+from prober.store import Store
 
 T0 = dt.datetime(2026, 1, 1, 3, 0, tzinfo=dt.UTC)
 

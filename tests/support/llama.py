@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from prober import local
+from prober.local import server as local
 
 
 def free_port() -> int:

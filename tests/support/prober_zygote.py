@@ -11,8 +11,8 @@ children start their sample writers from the test session's fork server
 
 Protocol, one JSON line each way on stdin/stdout: {"args", "cwd", "env", "timeout"} in;
 {"returncode", "stdout", "stderr", "timeout"} out (a server left running: see serve). The child
-runs prober.cli as `-m` does (runpy, as `__main__`), so click names the program and a spawned
-sample writer re-imports the main module just as they do under `python -m prober.cli`.
+runs prober.commands.cli as `-m` does (runpy, as `__main__`), so click names the program and a spawned
+sample writer re-imports the main module just as they do under `python -m prober`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ PRELOADED = ("sqlalchemy", "sqlalchemy.orm", "sqlalchemy.dialects.sqlite", "sqli
 
 
 def _child(args: list[str], cwd: str, env: dict[str, str], out_path: str, err_path: str) -> None:
-    """In the forked child: become `python -m prober.cli ARGS` in `cwd` with `env`; never returns."""
+    """In the forked child: become `python -m prober ARGS` in `cwd` with `env`; never returns."""
     import runpy
 
     code = 1
@@ -65,7 +65,7 @@ def _child(args: list[str], cwd: str, env: dict[str, str], out_path: str, err_pa
         sys.argv = ["-m", *args]
         signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
-            runpy.run_module("prober.cli", run_name="__main__", alter_sys=True)   # what -m does
+            runpy.run_module("prober", run_name="__main__", alter_sys=True)   # what `-m prober` does
             code = 0
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)

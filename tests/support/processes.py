@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from prober.local_build import stop_child
+from prober.local.build import stop_child
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from prober.alerting.alerts import evaluate_run
 from prober.commands.run import run_and_judge
 from prober.core.config import ProberConfig
 from prober.core.records import Exchange, Metric, Run, Sample
-from store import Store
+from prober.store import Store
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = '"><img src=x onerror=alert(2)>'

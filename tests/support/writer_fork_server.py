@@ -1,6 +1,6 @@
 """One fork server for every sample writer a test session starts, with more preloaded.
 
-A `prober run` starts its sample writer from multiprocessing's fork server (prober/sample_writer.py),
+A `prober run` starts its sample writer from multiprocessing's fork server (prober/run/sample_writer.py),
 which imports the writer's modules once per process: once per run in production. A test session
 starts about a hundred writers in a dozen processes (pytest-xdist's workers, their prober zygotes'
 children), most with conformance on, where each writer also imported an SDK's types when its
@@ -34,28 +34,28 @@ from multiprocessing import resource_tracker
 # The server's socket, for the session's other processes.
 ENV = "PROBER_TESTS_WRITER_FORK_SERVER"
 
-# The writer's modules (prober.sample_writer.WRITER_MODULES, checked by
+# The writer's modules (prober.run.sample_writer.WRITER_MODULES, checked by
 # tests/runner/test_sample_writer_start.py), the SDK types conformance checks against, and what
-# prober.cli imports: a writer started by a `prober` command runs the command's main module again,
-# as `__mp_main__`, which is then cheap. (Not prober.cli itself: runpy warns when it runs a module
+# prober.commands.cli imports: a writer started by a `prober` command runs the command's main module again,
+# as `__mp_main__`, which is then cheap. (Not prober.commands.cli itself: runpy warns when it runs a module
 # already imported.)
-PRELOAD = ("prober.sample_writer", "store", "prober.targets.conformance", "anthropic.types",
+PRELOAD = ("prober.run.sample_writer", "prober.store", "prober.targets.conformance", "anthropic.types",
            "openai.types.chat", "typer", "rich.console", "rich.table", "prober.commands.terminal",
-           "prober.store_access")
+           "prober.commands.store_access", "prober.run.store_access")
 
 _server = multiprocessing.forkserver._forkserver
 _started_here = False
 
 
 def start_or_share() -> None:
-    """Share the session's server if ENV names one, else start it as prober/sample_writer.py does
+    """Share the session's server if ENV names one, else start it as prober/run/sample_writer.py does
     (its preload runs in the background from here) and name it."""
     global _started_here
     if ENV in os.environ:
         share(os.environ[ENV])
         return
     # Imported here, not above: the zygote imports this module, and none of the project.
-    from prober.sample_writer import start_fork_server
+    from prober.run.sample_writer import start_fork_server
 
     multiprocessing.set_forkserver_preload(list(PRELOAD))
     start_fork_server()

@@ -14,14 +14,14 @@ import pytest
 from asyncio_throttle import Throttler
 from rich.console import Console
 
-from prober.budget import RunBudget
 from prober.core.config import Budget, RunnerConfig, TargetConfig
 from prober.core.records import ChatRequest, Exchange
-from prober.progress import RunProgress
-from prober.session import TargetGate, TargetSession
+from prober.probes.latency import LatencyParams, LatencyProbe
+from prober.run.budget import RunBudget
+from prober.run.progress import RunProgress
+from prober.run.session import TargetGate, TargetSession
 from prober.targets import make_adapter
 from prober.targets.conformance import check_exchange
-from probes.latency import LatencyParams, LatencyProbe
 from tests.support.scripted_server import (
     LAST_CHUNK,
     ScriptedServer,
@@ -233,7 +233,7 @@ def test_every_resend_is_a_stored_attempt_charged_to_budget_and_rate_limit():
 
 
 def test_a_spent_budget_stops_the_resend_and_keeps_the_refusal_as_final():
-    from prober.budget import BudgetExhausted
+    from prober.run.budget import BudgetExhausted
 
     async def handler(request, writer, server):
         writer.write(json_response(400, {"error": {"message": "Unsupported parameter: 'temperature'",

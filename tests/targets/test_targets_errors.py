@@ -10,7 +10,7 @@ import pytest
 from prober.core.records import ERROR_TYPES
 from prober.targets.adapter import mentioned_param
 from prober.targets.errors import classify_error
-from prober.transport import TransportError
+from prober.targets.transport import TransportError
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""prober.transport against a scripted loopback server: framing, keep-alive, timeouts, timestamps."""
+"""prober.targets.transport against a scripted loopback server: framing, keep-alive, timeouts, timestamps."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from time import perf_counter_ns
 import pytest
 
 from prober.core.config import Timeouts
-from prober.transport import HTTPTransport, TransportError, build_head, split_url
+from prober.targets.transport import HTTPTransport, TransportError, build_head, split_url
 from tests.support.scripted_server import (
     LAST_CHUNK,
     ScriptedServer,

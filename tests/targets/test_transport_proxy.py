@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-import prober.transport
+import prober.targets.transport
 from prober.core.config import TargetConfig
 from prober.core.records import ChatRequest
 from prober.targets import make_adapter
-from prober.transport import Origin, Proxy, proxy_for
+from prober.targets.transport import Origin, Proxy, proxy_for
 from tests.support.proxy import self_signed_certificate, tinyproxy
 from tests.support.scripted_server import LAST_CHUNK, ScriptedServer, chunk, sse_head
 
@@ -96,7 +96,7 @@ def test_https_is_tunnelled_with_connect_and_connect_time_is_apart_from_ttft(pro
     server_context.load_cert_chain(cert, key)
     # The client trusts the certificate the way the SDKs can be told to: SSL_CERT_FILE.
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
-    monkeypatch.setattr(prober.transport, "_ssl_context", None)
+    monkeypatch.setattr(prober.targets.transport, "_ssl_context", None)
     monkeypatch.setenv("HTTPS_PROXY", proxy.url)
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")     # not for https: must not be used
 

@@ -13,7 +13,7 @@ from time import perf_counter_ns
 import pytest
 
 from prober.core.config import Timeouts
-from prober.transport import HTTPTransport, TransportError, build_head, split_url
+from prober.targets.transport import HTTPTransport, TransportError, build_head, split_url
 from tests.support.scripted_server import ScriptedServer, response_bytes
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(60)]

@@ -22,7 +22,7 @@ from pydantic import Field
 
 from prober.core.declarations import Chart, MetricFamily, NotableSample
 from prober.core.records import ChatRequest, Metric, SampleRow
-from probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext, ProbeParams
+from prober.probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext, ProbeParams
 
 TOOL_NAME = "get_weather"
 TOOL_SCHEMA: dict[str, Any] = {

@@ -1,0 +1,28 @@
+"""How a run or a command opens the store: runs left behind by dead processes are marked interrupted
+on the way in (from any host, by lease)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from rich.console import Console
+
+from prober.store import Store
+
+
+def open_store(url: str, console: Console) -> Store:
+    """`Store.open`, then every stale run marked interrupted, one line each on `console`."""
+    store = Store.open(url)
+    try:
+        stale = store.mark_stale_runs_interrupted()
+    except sa.exc.OperationalError as exc:
+        # A read-only store (a replica, a copied file) can still be reported on; leave its runs be.
+        if "readonly" not in str(exc.orig).lower() and "read-only" not in str(exc.orig).lower():
+            store.close()
+            raise
+        stale = []
+    except BaseException:
+        store.close()
+        raise
+    for run_id in stale:
+        console.print(f"run {run_id} was left running by a process that is gone: marked interrupted", markup=False)
+    return store
