@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prober.alerting.baseline import BaselineReads
 from prober.alerting.drift import DriftOutcome, DriftTest, drift_for_run
@@ -21,6 +21,9 @@ from prober.alerting.sinks import AlertmanagerSink, DeliveryError, Sink, make_si
 from prober.alerting.slo import check_run, format_value
 from prober.core.config import ProberConfig
 from prober.core.records import completed_targets, utcnow
+
+if TYPE_CHECKING:
+    from prober.store import Store
 
 
 @dataclass(frozen=True)
@@ -162,7 +165,7 @@ def make_sinks(config: ProberConfig) -> list[Sink]:
     return [make_sink(sink, config.source) for sink in config.sinks]
 
 
-def evaluate_run(store: Any, config: ProberConfig, run_id: str, sinks: list[Sink] | None = None,
+def evaluate_run(store: Store, config: ProberConfig, run_id: str, sinks: list[Sink] | None = None,
                  reads: BaselineReads | None = None) -> Evaluation:
     """Judge a finished run's metrics against the SLO rules and its baseline, save the state
     changes with their outbox events, and deliver everything pending to every sink. `reads`: kept
@@ -205,7 +208,7 @@ def judge(observations: list[Observation], previous: dict[str, dict[str, Any]], 
     return rows, events, evaluation
 
 
-def deliver_outbox(store: Any, sinks: list[Sink]) -> list[Delivery]:
+def deliver_outbox(store: Store, sinks: list[Sink]) -> list[Delivery]:
     """Send each sink its pending events, oldest first; a sink stops at its first failure so that
     a receiver never sees a resolve before the firing it closes. Failures stay pending."""
     done = []
@@ -224,7 +227,7 @@ def deliver_outbox(store: Any, sinks: list[Sink]) -> list[Delivery]:
     return done
 
 
-def _renew_alertmanager(store: Any, sinks: list[Sink], still_firing: set[str]) -> None:
+def _renew_alertmanager(store: Store, sinks: list[Sink], still_firing: set[str]) -> None:
     """Alertmanager closes an alert at its endsAt; re-assert the ones that keep firing (it
     deduplicates by labels, so nobody is notified again). Best effort: the next run renews too."""
     managers = [sink for sink in sinks if isinstance(sink, AlertmanagerSink)]

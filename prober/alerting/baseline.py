@@ -17,9 +17,12 @@ header is not a different measurement, and a changed model is what drift is ther
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prober.core.probe_registry import probe_class
+
+if TYPE_CHECKING:
+    from prober.store import Store
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,7 @@ class BaselineReads:
     entries: dict[tuple[str, str], dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)
 
 
-def read_candidates(store: Any, run: dict[str, Any], targets: list[str], limit: int, reads: BaselineReads) -> None:
+def read_candidates(store: Store, run: dict[str, Any], targets: list[str], limit: int, reads: BaselineReads) -> None:
     """Keep in `reads` the newest `limit` baseline candidates of each of these targets of `run`
     that it does not hold yet, and the entries they and `run` recorded on them: read together, the
     fleet's nights once (store.completed_runs, store.entries_of_runs), not once per target."""
@@ -98,7 +101,7 @@ def _held(reads: BaselineReads | None, run: dict[str, Any], target: str, limit: 
     return None
 
 
-def _candidates(store: Any, run: dict[str, Any], target: str, limit: int,
+def _candidates(store: Store, run: dict[str, Any], target: str, limit: int,
                 reads: BaselineReads | None) -> list[dict[str, Any]]:
     """prober.store.completed_runs for `run` and `target`, or what `reads` holds of them."""
     held = _held(reads, run, target, limit)
@@ -109,7 +112,7 @@ def _candidates(store: Any, run: dict[str, Any], target: str, limit: int,
     return list(reads.candidates[(run["id"], target)][1])
 
 
-def select_baselines(store: Any, run: dict[str, Any], target: str, size: int,
+def select_baselines(store: Store, run: dict[str, Any], target: str, size: int,
                      reads: BaselineReads | None = None) -> dict[str, Baseline]:
     """Per suite entry of `run` on `target`: up to `size` comparable earlier runs, newest first.
 

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import groupby
 from operator import itemgetter, truediv
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from prober.alerting.baseline import BaselineReads, read_candidates, select_baselines
 from prober.alerting.slo import format_value
@@ -53,6 +53,9 @@ from prober.core.config import DriftConfig
 from prober.core.metric_rows import judgeable_value, may_be_share, whole_share
 from prober.core.probe_registry import metric_family, pooled_labels, probe_class
 from prober.core.records import completed_targets, labels_key
+
+if TYPE_CHECKING:
+    from prober.store import Store
 
 # Defaults for `[drift] min_effect`: absolute share, relative median change, paired difference.
 DEFAULT_MIN_EFFECT = {"proportion": 0.05, "latency": 0.20, "paired": 0.05}
@@ -464,18 +467,7 @@ def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, 
 
 # --- against the store ---------------------------------------------------------------------------
 
-def baseline_window(store: Any, run: dict[str, Any], target: str, size: int,
-                    entry: str | None = None) -> list[dict[str, Any]]:
-    """The previous `size` runs of the run's suite in which `target` completed and that are
-    comparable (prober/alerting/baseline.py) for suite entry `entry`, or for every entry when None; newest first."""
-    selected = select_baselines(store, run, target, size)
-    if entry is not None:
-        return selected[entry].runs if entry in selected else []
-    common = set.intersection(*({r["id"] for r in b.runs} for b in selected.values())) if selected else set()
-    return [r for r in next(iter(selected.values())).runs if r["id"] in common] if selected else []
-
-
-def baseline_resets(store: Any, run: dict[str, Any], config: DriftConfig,
+def baseline_resets(store: Store, run: dict[str, Any], config: DriftConfig,
                     reads: BaselineReads | None = None) -> list[str]:
     """"baseline reset: <target> <entry>: <what changed>" for each entry whose earlier runs are
     none of them comparable: those entries are not drift-tested this time. `reads`: those of the
@@ -485,7 +477,7 @@ def baseline_resets(store: Any, run: dict[str, Any], config: DriftConfig,
             if baseline.reset]
 
 
-def drift_for_run(store: Any, run: dict[str, Any], config: DriftConfig,
+def drift_for_run(store: Store, run: dict[str, Any], config: DriftConfig,
                   reads: BaselineReads | None = None) -> DriftOutcome:
     """Every drift test this run supports, decided together. Each suite entry of each completed
     target is tested against its own comparable runs; an entry or metric with fewer comparable
@@ -495,7 +487,7 @@ def drift_for_run(store: Any, run: dict[str, Any], config: DriftConfig,
         return _drift_for_run(store, run, config, reads)
 
 
-def _drift_for_run(store: Any, run: dict[str, Any], config: DriftConfig, reads: BaselineReads | None) -> DriftOutcome:
+def _drift_for_run(store: Store, run: dict[str, Any], config: DriftConfig, reads: BaselineReads | None) -> DriftOutcome:
     needed = max(config.min_baseline_runs, FEWEST_BASELINE_RUNS)
     outcome, tests = DriftOutcome(), []
     reads = BaselineReads() if reads is None else reads

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prober.alerting.baseline import select_baselines
 from prober.alerting.slo import SloCheck, check_run
 from prober.core.config import DriftConfig, SloRule
+
+if TYPE_CHECKING:
+    from prober.store import Store
 
 
 @dataclass(frozen=True)
@@ -22,7 +25,7 @@ class ReportVerdicts:
     def slo_checks(self, metric_rows: Sequence[dict[str, Any]], run_row: dict[str, Any]) -> list[SloCheck]:
         return check_run(self.rules, metric_rows, run_row)
 
-    def baseline_resets(self, store: Any, run: dict[str, Any], target: str) -> list[str]:
+    def baseline_resets(self, store: Store, run: dict[str, Any], target: str) -> list[str]:
         if self.drift is None or not self.drift.enabled:
             return []
         return [b.reset for b in select_baselines(store, run, target, self.drift.baseline_runs).values() if b.reset]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from prober.alerting.drift import baseline_window
+from prober.alerting.baseline import select_baselines
 from prober.store import Store
 from tests.support.cli import prober
 from tests.support.llama import free_port
@@ -83,7 +83,8 @@ def test_a_closed_port_fails_alone_and_the_emulator_target_is_judged(tmp_path):
         assert {a["target"] for a in judged} == {"emu"}
         assert {a["kind"] for a in judged} == {"slo", "drift"}
         # the baseline's runs, newest first (read without their sample counts: a baseline reads no sample)
-        assert [r["id"] for r in baseline_window(store, run, "emu", 7)] == [i for _, i in reversed(earlier)]
+        assert [r["id"] for r in select_baselines(store, run, "emu", 7)["latency.latency"].runs] == [
+            i for _, i in reversed(earlier)]
         entries = store.run_entries(run_id)
         assert {(e["target"], e["probe"], e["probe_version"]) for e in entries} == {
             ("emu", "latency", 1), ("closed", "latency", 1)}
@@ -120,7 +121,7 @@ def test_runs_with_different_params_never_share_a_baseline(tmp_path):
 
     with Store.open(f"sqlite:///{tmp_path}/p.db") as store:
         def window(run_id):
-            return [r["id"] for r in baseline_window(store, store.get_run(run_id), "emu", 7, "latency.latency")]
+            return [r["id"] for r in select_baselines(store, store.get_run(run_id), "emu", 7)["latency.latency"].runs]
 
         assert window(four_b) == [four_a]
         assert window(six) == []
