@@ -507,66 +507,6 @@ def nominal_alphas(bounds: Sequence[float]) -> list[float]:
 
 # --- drift: rank tests and multiple comparisons (prober/alerting/drift.py) -----------------------------
 
-def paired_difference_change(a_only: int, b_only: int, n: int, base_a_only: int, base_b_only: int,
-                             base_n: int) -> float | None:
-    """Two-sided p-value that the paired accuracy difference (a_only - b_only) / n of one sample of
-    paired items differs from another's (a baseline's, pooled). None when a sample is empty or
-    neither has a discordant pair.
-
-    An exact conditional test with the item as the unit: under the null both samples draw their
-    items from the same three kinds (A right only, B right only, concordant), so given how many
-    items of each kind there are in all, the current sample's counts follow a multivariate
-    hypergeometric law, and the difference of the two paired differences is an increasing
-    function of the current a_only - b_only. p = twice the smaller tail, at most 1. A Wald test
-    with each sample's own variance calls 0 discordant of 60 against 7 of 420 significant
-    (p = 0.008) although 0 of 60 happens 36% of the time at that rate; the variance belongs to
-    the null, not to the sample that happened to show nothing. Above the enumeration limit: the
-    score test with that pooled null variance."""
-    if n <= 0 or base_n <= 0:
-        return None
-    counts = (a_only, b_only, n, base_a_only, base_b_only, base_n)
-    if any(c < 0 for c in counts) or a_only + b_only > n or base_a_only + base_b_only > base_n:
-        raise ValueError("need 0 <= a_only + b_only <= n in both samples")
-    total_a, total_b = a_only + base_a_only, b_only + base_b_only
-    if total_a + total_b == 0:
-        return None
-    if (total_a + 1) * (total_b + 1) <= _EXACT_PAIRED_CHANGE_LIMIT:
-        return _exact_paired_change_p(a_only, b_only, n, total_a, total_b, n + base_n)
-    from scipy.stats import norm
-
-    pooled_a, pooled_b = total_a / (n + base_n), total_b / (n + base_n)
-    variance = (pooled_a + pooled_b - (pooled_a - pooled_b) ** 2) * (1 / n + 1 / base_n)
-    z = ((a_only - b_only) / n - (base_a_only - base_b_only) / base_n) / math.sqrt(variance)
-    return float(min(1.0, 2 * norm.sf(abs(z))))
-
-
-# Cells of the (a_only, b_only) grid the exact paired-change test enumerates at most.
-_EXACT_PAIRED_CHANGE_LIMIT = 4_000_000
-
-
-def _exact_paired_change_p(a_only: int, b_only: int, n: int, total_a: int, total_b: int, total_n: int) -> float:
-    import numpy as np
-    from scipy.special import gammaln
-
-    def log_choose(top: npt.ArrayLike, k: npt.ArrayLike) -> npt.NDArray[np.float64]:
-        top, k = np.asarray(top), np.asarray(k)
-        return np.asarray(gammaln(top + 1) - gammaln(k + 1) - gammaln(top - k + 1), dtype=np.float64)
-
-    concordant = total_n - total_a - total_b
-    a = np.arange(total_a + 1)[:, None]
-    b = np.arange(total_b + 1)[None, :]
-    rest = n - a - b
-    possible = (a <= n) & (rest >= 0) & (rest <= concordant)
-    log_p = np.where(possible, log_choose(total_a, a) + log_choose(total_b, b)
-                     + log_choose(concordant, np.clip(rest, 0, concordant)) - log_choose(total_n, n), -np.inf)
-    prob = np.exp(log_p)
-    prob /= prob.sum()
-    difference = np.broadcast_to(a - b, prob.shape)
-    observed = a_only - b_only
-    lower, upper = prob[difference <= observed].sum(), prob[difference >= observed].sum()
-    return float(min(1.0, 2 * min(lower, upper)))
-
-
 def benjamini_hochberg(p_values: Sequence[float | None]) -> list[float | None]:
     """Benjamini-Hochberg adjusted p-values (q-values), in the input order; None stays None and
     NaN stays NaN (neither is a test, so neither counts among the m tests).
@@ -632,16 +572,6 @@ def pearson_terms(successes: Sequence[int], totals: Sequence[int]) -> list[float
     if pooled <= 0 or pooled >= 1:
         return None
     return [(x - n * pooled) ** 2 / (n * pooled * (1 - pooled)) for x, n in groups]
-
-
-def binomial_dispersion(successes: Sequence[int], totals: Sequence[int]) -> float | None:
-    """Pearson's overdispersion estimate of shares that should share one probability: X^2 / (k - 1)
-    with X^2 = sum (x_i - n_i p)^2 / (n_i p (1 - p)), p the pooled share (the quasi-binomial scale).
-    1 when the pooled share is 0 or 1 (no spread to measure); None with fewer than 2 groups."""
-    if sum(1 for n in totals if n > 0) < 2:
-        return None
-    terms = pearson_terms(successes, totals)
-    return 1.0 if terms is None else sum(terms) / (len(terms) - 1)
 
 
 def beta_binomial_tail(successes: int, n: int, mean: float, variance_factor: float,

@@ -53,16 +53,6 @@ def test_night_prediction_p_is_alpha_at_the_statsmodels_prediction_interval(alph
     assert stats.night_prediction_p([1.0], [1.0, 2.0]) == (None, None)        # 1 degree of freedom: no test
 
 
-def test_binomial_dispersion_is_the_statsmodels_quasi_binomial_scale():
-    rng = np.random.default_rng(2)
-    for _ in range(20):
-        n = rng.integers(5, 80, 7)
-        x = rng.binomial(n, rng.beta(6, 4, 7))
-        fitted = sm.GLM(x / n, np.ones((7, 1)), family=sm.families.Binomial(), var_weights=n).fit(scale="X2")
-        assert stats.binomial_dispersion(list(x), list(n)) == pytest.approx(fitted.scale, rel=1e-9)
-    assert stats.binomial_dispersion([0, 0, 0], [8, 8, 8]) == 1.0
-
-
 @pytest.mark.parametrize("x, n, mean, factor", [(2, 192, 0.003, 1.0), (3, 54, 0.01, 3.0), (0, 7, 0.95, 1.5),
                                                 (7, 7, 0.95, 1.5), (4, 7, 0.95, 2.0), (10, 30, 0.3, 5.0),
                                                 (1, 3, 0.2, 2.99), (150, 300, 0.5, 400.0)])

@@ -65,59 +65,6 @@ def test_mcnemar_mid_p_stays_within_0_and_1_on_large_tables():
             assert result.mid_p == pytest.approx(float(mid_hand), rel=1e-9, abs=1e-300)
 
 
-def _items(a_only: int, b_only: int, n: int) -> np.ndarray:
-    """Paired items as +1 (A right only), -1 (B right only) and 0 (concordant)."""
-    return np.array([1] * a_only + [-1] * b_only + [0] * (n - a_only - b_only))
-
-
-@pytest.mark.parametrize("current, baseline", [((0, 0, 5), (3, 0, 7)), ((3, 0, 6), (0, 2, 6)),
-                                               ((1, 1, 4), (2, 0, 8)), ((2, 1, 6), (1, 3, 6)),
-                                               ((0, 2, 5), (0, 1, 7))])
-def test_paired_difference_change_is_the_exact_permutation_test_over_items(current, baseline):
-    # Reference: scipy's permutation test, enumerating every way to split the pooled items into
-    # samples of the two sizes, with the difference of the mean paired differences as statistic.
-    from scipy.stats import permutation_test
-
-    reference = permutation_test((_items(*current), _items(*baseline)), lambda x, y: np.mean(x) - np.mean(y),
-                                 permutation_type="independent", n_resamples=np.inf,
-                                 alternative="two-sided").pvalue
-    assert stats.paired_difference_change(*current, *baseline) == pytest.approx(reference, rel=1e-9)
-
-
-def test_no_discordant_pair_in_60_items_against_7_in_420_is_unremarkable():
-    # The Wald test gave p = 0.0076. With 7 discordant items among 480, the 60 current items hold
-    # none of them with the hypergeometric probability (scipy), about 0.39; the lower tail is that
-    # one table, the p-value twice it.
-    from scipy.stats import hypergeom
-
-    p = stats.paired_difference_change(0, 0, 60, 7, 0, 420)
-    assert p == pytest.approx(min(1.0, 2 * hypergeom.pmf(0, 480, 7, 60)), rel=1e-9)
-    assert p > 0.5
-
-
-def test_paired_difference_change_holds_its_level_on_small_counts():
-    # Same discordance rates in both samples (A only 3%, B only 1%), 60 current and 420 baseline
-    # items: at most 5% of 2,000 simulated pairs of samples called a change at 0.05.
-    rng = np.random.default_rng(7)
-    rejected = 0
-    for _ in range(2000):
-        cur = rng.multinomial(60, [0.03, 0.01, 0.96])
-        base = rng.multinomial(420, [0.03, 0.01, 0.96])
-        p = stats.paired_difference_change(int(cur[0]), int(cur[1]), 60, int(base[0]), int(base[1]), 420)
-        rejected += p is not None and p <= 0.05
-    assert rejected / 2000 <= 0.05
-
-
-def test_paired_difference_change_beyond_the_enumeration_limit_is_the_pooled_score_test(monkeypatch):
-    exact = stats.paired_difference_change(30, 12, 300, 120, 90, 2100)
-    monkeypatch.setattr(stats, "_EXACT_PAIRED_CHANGE_LIMIT", 0)
-    approximate = stats.paired_difference_change(30, 12, 300, 120, 90, 2100)
-    assert approximate != exact and approximate == pytest.approx(exact, abs=0.01)
-    assert stats.paired_difference_change(0, 0, 10, 0, 0, 20) is None
-    with pytest.raises(ValueError):
-        stats.paired_difference_change(6, 5, 10, 0, 0, 20)
-
-
 def test_worked_small_tables():
     # 0 against 3 discordant: P(X <= 0) = 1/8, doubled; the mid-p takes away P(X = 0) once.
     result = stats.mcnemar(0, 3)
