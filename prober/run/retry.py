@@ -1,8 +1,12 @@
 """When to retry a failed attempt, and how long to wait first. Pure functions.
 
 The official SDKs' own retries are off: the runner retries so that every attempt is counted and
-stored (retries are data). Backoff is exponential with full jitter, and a server's retry-after
-(or retry-after-ms) wins when it is given and not absurdly long.
+stored (retries are data). Backoff is exponential with equal jitter: the wait is drawn uniformly
+between half the exponential ceiling and the ceiling. Full jitter (0 to the ceiling) can draw a wait
+near zero, and a retry sent at once to a rate-limited or overloaded endpoint is mostly another
+failure to count; keeping half the ceiling guarantees each retry backs off, and the other half still
+spreads concurrent retries apart. A server's retry-after (or retry-after-ms) wins when it is given
+and not absurdly long.
 """
 
 from __future__ import annotations
@@ -46,4 +50,5 @@ def retry_delay(attempt: int, headers: dict[str, str], *, base: float, cap: floa
     if asked is not None:
         return asked if asked <= retry_after_max else None
     ceiling = min(cap, base * (2 ** (attempt - 1)))
+    # Equal jitter (module docstring): at least half the ceiling, never a retry at once.
     return (rng or random).uniform(ceiling / 2, ceiling)

@@ -43,3 +43,15 @@ def test_backoff_doubles_and_is_capped():
     assert 0.5 <= delays[1] <= 1.0
     assert 1.0 <= delays[2] <= 2.0
     assert all(2.0 <= d <= 4.0 for d in delays[3:])
+
+
+def test_backoff_is_equal_jitter_uniform_over_the_upper_half_of_the_ceiling():
+    # What the module docstring promises: uniform between half the ceiling and the ceiling (equal
+    # jitter), not from 0 (full jitter). Kolmogorov-Smirnov against both laws, from scipy.
+    from scipy.stats import kstest, uniform
+
+    rng = random.Random(7)
+    delays = [retry_delay(3, {}, base=0.5, cap=8, retry_after_max=60, rng=rng) for _ in range(4000)]
+    assert min(delays) >= 1.0 and max(delays) <= 2.0
+    assert kstest(delays, uniform(loc=1.0, scale=1.0).cdf).pvalue > 0.01
+    assert kstest(delays, uniform(loc=0.0, scale=2.0).cdf).pvalue < 1e-6
