@@ -63,15 +63,14 @@ def test_wilson_interval_ends_exactly_at_zero_and_one(n):
     assert stats.wilson_interval(n, n)[1] == 1.0
 
 
-def test_wilson_interval_matches_statsmodels_formula_with_scipy_quantile():
-    from scipy.stats import norm
+@pytest.mark.parametrize("k, n", [(17, 40), (0, 1), (1, 1), (0, 12), (12, 12), (3, 7), (1, 1000), (999, 1000)])
+def test_wilson_interval_is_statsmodels_proportion_confint(k, n):
+    # statsmodels computes the interval on its own (its quantile from scipy, its own algebra):
+    # an independent reference for both the formula and the 95% quantile.
+    from statsmodels.stats.proportion import proportion_confint
 
-    z = norm.ppf(0.975)
-    k, n = 17, 40
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    assert stats.wilson_interval(k, n) == pytest.approx((centre - half, centre + half), abs=1e-9)
+    low, high = proportion_confint(k, n, alpha=0.05, method="wilson")
+    assert stats.wilson_interval(k, n) == pytest.approx((low, high), abs=1e-12)
 
 
 def test_proportion_of_nothing_is_unknown():
