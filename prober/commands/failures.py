@@ -14,27 +14,22 @@ import os
 import tempfile
 import traceback
 
-import sqlalchemy as sa
-
 from prober.run.sample_writer import SampleStorageError
-from prober.store.writer import SampleWriteError
+from prober.store import SampleWriteError, StoreError, StoreNotADatabase
 
 # What the user chose badly: a path (permissions, read-only, not a directory) or an address.
 _USAGE_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.ENOENT,
                  errno.EEXIST, errno.EADDRINUSE, errno.EADDRNOTAVAIL}
-# SQLite's words for a file that is not (or no longer) a database.
-_CORRUPT = ("malformed", "file is not a database", "database disk image")
 
 
 def describe(exc: BaseException) -> tuple[str, int]:
     """(one line, exit code) for an exception no command turned into a ProberError."""
     if isinstance(exc, (SampleStorageError, SampleWriteError)):
         return f"samples could not be stored: {exc}", 3
-    if isinstance(exc, sa.exc.DBAPIError):
-        reason = _first_line(str(exc.orig)) or type(exc.orig).__name__
-        if any(word in reason.lower() for word in _CORRUPT):
-            return f"store: the database file is damaged ({reason}); restore it from a backup", 2
-        return f"store: {reason}", 3
+    if isinstance(exc, StoreNotADatabase):
+        return f"store: the database file is damaged ({exc.reason}); restore it from a backup", 2
+    if isinstance(exc, StoreError):
+        return f"store: {exc.reason}", 3
     if isinstance(exc, OSError) and exc.errno is not None:
         place = f"{exc.filename}: " if exc.filename else ""
         return f"{place}{exc.strerror or exc}", 2 if exc.errno in _USAGE_ERRNOS else 3

@@ -3,10 +3,9 @@ on the way in (from any host, by lease)."""
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from rich.console import Console
 
-from prober.store import Store
+from prober.store import Store, StoreReadOnly
 
 
 def open_store(url: str, console: Console) -> Store:
@@ -14,11 +13,8 @@ def open_store(url: str, console: Console) -> Store:
     store = Store.open(url)
     try:
         stale = store.mark_stale_runs_interrupted()
-    except sa.exc.OperationalError as exc:
+    except StoreReadOnly:
         # A read-only store (a replica, a copied file) can still be reported on; leave its runs be.
-        if "readonly" not in str(exc.orig).lower() and "read-only" not in str(exc.orig).lower():
-            store.close()
-            raise
         stale = []
     except BaseException:
         store.close()

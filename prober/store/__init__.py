@@ -3,13 +3,16 @@
     store = Store.open("sqlite:///prober.db")      # creates or upgrades the schema
     writer = store.sample_writer()                   # background, batched, durable within 1 s
 
-Modules: engine (URL -> engine, SQLite locking, write retries), coltypes (UTC datetimes, JSON),
+Modules: engine (URL -> engine, SQLite locking, write retries), errors (the store's error types, which
+every Store method raises instead of SQLAlchemy's), coltypes (UTC datetimes, JSON),
 schema (current tables), migrations (versioned upgrades), rows (records -> rows), writer (the
 sample writer thread), store (the Store API).
 """
 
+from prober.store.errors import StoreError, StoreNotADatabase, StoreReadOnly
 from prober.store.migrations import MIGRATIONS, migrate, schema_version
 from prober.store.store import Store
 from prober.store.writer import SampleWriteError, SampleWriter
 
-__all__ = ["MIGRATIONS", "SampleWriteError", "SampleWriter", "Store", "migrate", "schema_version"]
+__all__ = ["MIGRATIONS", "SampleWriteError", "SampleWriter", "Store", "StoreError", "StoreNotADatabase",
+           "StoreReadOnly", "migrate", "schema_version"]

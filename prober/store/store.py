@@ -22,6 +22,7 @@ from prober.core.errors import ConfigError
 from prober.core.records import Metric, Run, SampleRow, completed_targets, utcnow
 from prober.core.redact import redact_text, redact_value
 from prober.store.engine import open_engine, redacted, write_transaction
+from prober.store.errors import translating_errors
 from prober.store.migrations import migrate
 from prober.store.retention import PruneResult, prune, size_bytes
 from prober.store.rows import metric_row, run_row
@@ -55,6 +56,7 @@ _SAMPLE_BATCH = 500
 _FINAL_WRITE_RESERVE = 64 * 1024
 
 
+@translating_errors   # a database error leaves any method as a StoreError (prober/store/errors.py)
 class Store:
     def __init__(self, engine: sa.Engine) -> None:
         """Use `Store.open(url)`, which also checks and migrates the database."""
