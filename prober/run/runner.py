@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import itertools
 import os
-import signal
 import socket
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,11 +33,13 @@ from prober.core.records import Metric, Run, labels_key, new_run_id, utcnow
 from prober.core.redact import register_config
 from prober.run import event_loop
 from prober.run.budget import BudgetExhausted, RunBudget
-from prober.run.lease import RunLease, lease_until
+from prober.run.lease import lease_until
 from prober.run.looplag import LoopLagMonitor
 from prober.run.progress import RunProgress
 from prober.run.provenance import entry_records, target_config_hash
-from prober.run.sample_writer import SampleStorageError, SampleWriterProcess
+from prober.run.run_resources import RunResources
+from prober.run.run_status import EXIT_INCOMPLETE, EXIT_OK, RunStop, reconcile
+from prober.run.sample_writer import SampleWriterProcess
 from prober.run.session import TargetGate, TargetSession
 from prober.run.store_access import open_store
 from prober.store import Store
@@ -46,7 +47,7 @@ from prober.suites.loader import Suite, load_suite
 from prober.targets import make_adapter
 from prober.targets.transport import unreachable_reason
 
-EXIT_OK, EXIT_INCOMPLETE = 0, 3
+__all__ = ["EXIT_INCOMPLETE", "EXIT_OK", "RunResult", "Runner", "prepare"]
 # How an emulator target serves a probe, by what of the timing its metrics depend on (Probe.timing):
 # (times faster than the scenario, tokens a streamed chunk). "overlap" keeps requests long enough
 # (about 70 ms for 64 tokens) to share batches as at full timing (10x did not: divergence at
@@ -110,118 +111,100 @@ class Runner:
 
     async def _main(self, store: Store, suite: Suite, targets: list[TargetConfig],
                     keys: dict[str, str | None]) -> RunResult:
-        host = socket.gethostname()
-        run = Run(id=new_run_id(), suite=suite.name, started_at=utcnow(),
-                  prober_version=prober.__version__, config_hash=self.config.hash(),
-                  host=host, pid=os.getpid(), targets=[t.name for t in targets],
-                  lease_expires_at=lease_until(self.config.runner.lease_seconds),
-                  site=self.config.run_site(host), batch=self.batch,
-                  notes={"event_loop": event_loop.describe(asyncio.get_running_loop())})
+        run = self._new_run(suite, targets)
         store.create_run(run)
-        store.reserve_room_for_final_write()
-        lease = RunLease.start(store, run.id, self.config.runner.lease_seconds, self.console)
-        entries = entry_records(suite)
-        for target in targets:
-            store.start_target(run.id, target.name, target_config_hash(target), entries)
-        result = RunResult(run_id=run.id, status="running", exit_code=EXIT_OK)
+        # From here the run is in the store as `running`: everything after, starting its resources
+        # included, is inside the block that finishes it, so that no failure leaves it `running`
+        # until its lease expires.
+        resources = RunResources(store, run.id, self.config, self.console)
+        budget = RunBudget(self.config.runner.budget)
+        sessions: list[TargetSession] = []
+        ended: dict[str, tuple[str, str | None]] = {}
+        crashed: Exception | None = None
+        crash: str | None = None
+        try:
+            self._announce(run, suite)
+            resources.start([(t.name, target_config_hash(t)) for t in targets], entry_records(suite))
+            await self._sample_targets(store, run, suite, targets, keys, budget, resources, sessions, ended)
+        except asyncio.CancelledError:
+            if not resources.interrupted:
+                raise
+        except Exception as exc:
+            # A bug in prober, not in the endpoint, or a resource of the run that could not start:
+            # keep the samples, mark the run failed, and let the exception through so that it gets reported.
+            crashed = exc
+            crash = f"{'internal error' if resources.started else 'could not start'}: {type(exc).__name__}: {exc}"
+        finally:
+            storage = await resources.stop_sampling()
+        stop = RunStop(interrupted=resources.interrupted and crash is None, crash=crash, storage=storage)
+        result = RunResult(run_id=run.id, status="running", exit_code=EXIT_OK,
+                           samples=self._samples_stored(store, run.id, resources, stop))
+        if stop.summarizes:
+            self._check_error_ceilings(store, run.id, ended)
+            # A failed target's partial samples are summarized too, for `prober show`; only the
+            # targets that completed are judged (prober/alerting/alerts.py, prober/alerting/drift.py).
+            result.metrics = self._summarize(store, run.id, suite, targets, sessions, resources.lag)
+            store.write_metrics(result.metrics)
+        decided = reconcile([t.name for t in targets], ended, stop)
+        result.status, result.exit_code, result.problems, result.targets = (
+            decided.status, decided.exit_code, decided.problems, decided.targets)
+        resources.close()
+        self._finish(store, run.id, result, resources, budget, lost_samples=storage is not None)
+        if crashed is not None:
+            raise crashed
+        return result
+
+    def _new_run(self, suite: Suite, targets: list[TargetConfig]) -> Run:
+        host = socket.gethostname()
+        return Run(id=new_run_id(), suite=suite.name, started_at=utcnow(),
+                   prober_version=prober.__version__, config_hash=self.config.hash(),
+                   host=host, pid=os.getpid(), targets=[t.name for t in targets],
+                   lease_expires_at=lease_until(self.config.runner.lease_seconds),
+                   site=self.config.run_site(host), batch=self.batch,
+                   notes={"event_loop": event_loop.describe(asyncio.get_running_loop())})
+
+    def _announce(self, run: Run, suite: Suite) -> None:
         batch = f", batch {run.batch}" if run.batch else ""
         self.console.print(f"run {run.id}: suite {suite.name} against {', '.join(run.targets)} from site {run.site}"
                            f"{batch}", markup=False)
 
-        main_task = asyncio.current_task()
-        loop = asyncio.get_running_loop()
-        interrupted = False
-
-        def on_signal() -> None:
-            nonlocal interrupted
-            interrupted = True
-            if main_task is not None:
-                main_task.cancel()
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, on_signal)
-
-        lag = LoopLagMonitor()
-        lag.start()
-        writer = SampleWriterProcess(self.config.store.url, self.config.runner.max_output_chars,
-                                     conformance=self.config.runner.conformance == "all")
-        budget = RunBudget(self.config.runner.budget)
+    async def _sample_targets(self, store: Store, run: Run, suite: Suite, targets: list[TargetConfig],
+                              keys: dict[str, str | None], budget: RunBudget, resources: RunResources,
+                              sessions: list[TargetSession], ended: dict[str, tuple[str, str | None]]) -> None:
+        """Each target in turn; `ended` gets each one's ("complete" | "failed", reason) as it ends."""
+        assert resources.writer is not None     # started by resources.start
         counter = itertools.count()
-        sessions: list[TargetSession] = []
-        crashed: Exception | None = None
-        storage_failed = False
-        try:
-            with RunProgress(self.console, self.config.runner.progress) as progress:
-                for target in targets:
-                    reason = await self._run_target(store, run, suite, target, keys[target.name], budget, writer,
-                                                    progress, counter, sessions)
-                    result.targets[target.name] = ("failed", reason) if reason else ("complete", None)
-        except asyncio.CancelledError:
-            if not interrupted:
-                raise
-            result.problems.append("interrupted by a signal")
-            result.status = "interrupted"
-        except Exception as exc:
-            # A bug in prober, not in the endpoint: keep the samples, mark the run failed, and let
-            # the traceback through so that it gets reported.
-            crashed = exc
-            result.problems.append(f"internal error: {type(exc).__name__}: {exc}")
-            result.status = "failed"
-        finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
-            await lag.stop()
-            try:
-                writer.flush()
-            except SampleStorageError as exc:
-                # The disk is full, the database went away: what was stored stays, the run failed.
-                storage_failed = True
-                result.problems.append(f"samples could not be stored: {exc}")
-                result.status = "failed"
+        with RunProgress(self.console, self.config.runner.progress) as progress:
+            for target in targets:
+                reason = await self._run_target(store, run, suite, target, keys[target.name], budget,
+                                                resources.writer, progress, counter, sessions)
+                ended[target.name] = ("failed", reason) if reason else ("complete", None)
 
-        result.samples = writer.count
-        if storage_failed:   # what reached the store, not what was handed to it
+    @staticmethod
+    def _samples_stored(store: Store, run_id: str, resources: RunResources, stop: RunStop) -> int:
+        """The samples handed to the writer; when storing failed, those that reached the store."""
+        handed = resources.writer.count if resources.writer is not None else 0
+        if stop.storage is not None:
             with contextlib.suppress(Exception):
-                if (stored := store.get_run(run.id)) is not None:
-                    result.samples = stored["sample_count"]
-        stopped_by = result.problems[0] if result.problems else None   # a signal, a bug, a full disk
-        if result.status != "interrupted" and crashed is None and not storage_failed:
-            self._check_error_ceilings(store, run.id, result)
-            # A failed target's partial samples are summarized too, for `prober show`; only the
-            # targets that completed are judged (prober/alerting/alerts.py, prober/alerting/drift.py).
-            result.metrics = self._summarize(store, run.id, suite, targets, sessions, lag)
-            store.write_metrics(result.metrics)
-        result.problems += [f"target {name}: {reason}" for name, (status, reason) in result.targets.items()
-                            if status == "failed"]
-        for target in targets:
-            # A stopped run summarizes nothing, so no target of it completed (those that failed
-            # keep their reason); otherwise only those that never ran take the run's status.
-            status = result.targets.get(target.name, ("never ran", None))[0]
-            if status == "never ran" or (stopped_by is not None and status != "failed"):
-                result.targets[target.name] = (result.status, stopped_by)
-        if result.status == "running":
-            result.status = "failed" if result.problems else "complete"
-        if result.problems:
-            result.exit_code = EXIT_INCOMPLETE
-        with contextlib.suppress(SampleStorageError):   # a loss was reported by the flush above
-            writer.close()
-        lease.stop()
-        store.release_reserved_room()   # the room kept for this write, should the disk be full
+                if (stored := store.get_run(run_id)) is not None:
+                    return int(stored["sample_count"])
+        return handed
+
+    def _finish(self, store: Store, run_id: str, result: RunResult, resources: RunResources, budget: RunBudget,
+                *, lost_samples: bool) -> None:
+        """Store the run's final status, notes and targets."""
         try:
-            store.finish_run(run.id, result.status, utcnow(), loop_lag=lag.summary(),
+            store.finish_run(run_id, result.status, utcnow(), loop_lag=resources.lag.summary(),
                              notes={"problems": result.problems, "attempts": budget.requests,
                                     "tokens": budget.tokens},
-                             targets={t.name: result.targets[t.name] for t in targets})
+                             targets=result.targets)
         except Exception as exc:
-            if not storage_failed:
+            if not lost_samples:
                 raise
             # The store that lost samples (a full disk) refused this too: the run stays `running`
             # until its lease expires, and then any command marks it interrupted. What was stored stays.
             result.problems.append(f"its final status could not be stored either ({type(exc).__name__}); it "
                                    f"will be marked interrupted when its lease expires")
-        if crashed is not None:
-            raise crashed
-        return result
 
     async def _run_target(self, store: Store, run: Run, suite: Suite, target: TargetConfig, api_key: str | None,
                           budget: RunBudget, writer: SampleWriterProcess, progress: RunProgress,
@@ -299,11 +282,11 @@ class Runner:
                                        f"figures there are inflated by the client", markup=False)
         return metrics
 
-    def _check_error_ceilings(self, store: Store, run_id: str, result: RunResult) -> None:
+    def _check_error_ceilings(self, store: Store, run_id: str, ended: dict[str, tuple[str, str | None]]) -> None:
         """A completed target whose final error share is over the ceiling fails, with the share and
         its most common error (auth failures end here: every request comes back 401)."""
         ceiling = self.config.runner.error_rate_ceiling
-        for name, (status, _) in list(result.targets.items()):
+        for name, (status, _) in list(ended.items()):
             rows = [r for r in store.samples(run_id, target=name) if r.get("final", True)]
             if status != "complete" or not rows:
                 continue
@@ -313,6 +296,6 @@ class Runner:
                 common = collections.Counter((r["error_type"], r.get("http_status")) for r in failed)
                 (error_type, http_status), _ = common.most_common(1)[0]
                 status_text = f", HTTP {http_status}" if http_status else ""
-                result.targets[name] = ("failed", f"error rate {share:.0%} ({len(failed)}/{len(rows)} requests) "
+                ended[name] = ("failed", f"error rate {share:.0%} ({len(failed)}/{len(rows)} requests) "
                                                   f"is over the ceiling of {ceiling:.0%}; most common error: "
                                                   f"{error_type}{status_text}")
