@@ -5,6 +5,8 @@ rules below. A violation fails with the file, line and rule."""
 from __future__ import annotations
 
 import ast
+import re
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -118,6 +120,46 @@ def test_the_rules_catch_the_arrows_they_forbid():
     assert ("prober.probes.base" not in {name for _, name in _imports(modules["prober.core.probe_registry"], modules)})
 
 
+# The database drivers stay behind the store: callers catch the store's own errors
+# (prober/store/errors.py), so that nothing else depends on how the store talks to its database.
+DATABASE_LIBRARIES = ("sqlalchemy", "psycopg", "psycopg2")
+
+
+def _library_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, top-level name) of every import of a database library in `path`: type-only ones too,
+    since a driver's type in a signature outside the store is the same leak."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        else:
+            continue
+        found += [(node.lineno, name.split(".")[0]) for name in names if name.split(".")[0] in DATABASE_LIBRARIES]
+    return found
+
+
+def _library_rule_broken(importer: str) -> str | None:
+    if _within(importer, "prober.store"):
+        return None
+    return "only prober/store/ imports sqlalchemy or psycopg (others catch prober.store's errors)"
+
+
+def test_only_the_store_imports_the_database_libraries():
+    modules = _project_modules()
+    violations = [f"{path.relative_to(ROOT)}:{line} imports {library}: {rule}"
+                  for importer, path in sorted(modules.items())
+                  for line, library in _library_imports(path)
+                  if (rule := _library_rule_broken(importer))]
+    assert not violations, "database libraries imported outside prober/store/:\n" + "\n".join(violations)
+    # The walk sees the store's own imports, and the rule forbids the same import elsewhere.
+    assert ("sqlalchemy" in {library for _, library in _library_imports(modules["prober.store.store"])})
+    assert _library_rule_broken("prober.store.engine") is None
+    assert _library_rule_broken("prober.commands.failures") is not None
+    assert _library_rule_broken("prober.run.store_access") is not None
+
+
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Each import cycle among modules (Tarjan's strongly connected components of size > 1)."""
     index: dict[str, int] = {}
@@ -163,3 +205,42 @@ def test_no_module_imports_itself_round_a_cycle():
              for name, path in modules.items()}
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]   # the check finds one
     assert _cycles(graph) == [], "modules that import each other at load time"
+
+
+# docs/architecture.md lists every file of prober/ under its folder, so that a reader can find any.
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def _architecture_sections() -> dict[str, list[str]]:
+    """Per folder bullet of the page's "Every file" section ("- `prober/run/`: ..."), the names it
+    gives in backticks."""
+    listing = ARCHITECTURE.read_text(encoding="utf-8").split("## Every file", 1)[1]
+    sections = {}
+    for bullet in listing.split("\n- "):
+        if match := re.match(r"\s*`(prober/(?:[a-z_]+/)?)`:", bullet):
+            sections[match.group(1)] = re.findall(r"`([^`]+)`", bullet[match.end():])
+    return sections
+
+
+def _unlisted(files: list[str], sections: dict[str, list[str]]) -> list[str]:
+    missing = []
+    for path in files:
+        folder = max((key for key in sections if path.startswith(key)), key=len, default=None)
+        rest = path[len(folder):] if folder else path
+        if folder != "prober/" and rest == "__init__.py":
+            continue                      # "every package folder also has its __init__.py"
+        if folder is None or not any(fnmatch(rest, name) for name in sections[folder]):
+            missing.append(path)
+    return missing
+
+
+def test_the_architecture_page_names_every_file_and_only_files_that_exist():
+    files = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "prober").rglob("*")
+                   if path.is_file() and "__pycache__" not in path.parts)
+    sections = _architecture_sections()
+    assert {"prober/", "prober/run/", "prober/store/", "prober/core/"} <= set(sections)
+    assert _unlisted(files, sections) == [], "files of prober/ that docs/architecture.md does not name"
+    named = set(re.findall(r"`(prober/[\w/.*-]+)`", ARCHITECTURE.read_text(encoding="utf-8")))
+    assert [name for name in sorted(named) if not list(ROOT.glob(name))] == [], "paths that do not exist"
+    # The check sees a file missing from its folder's list.
+    assert _unlisted(["prober/run/new_module.py", "prober/run/__init__.py"], sections) == ["prober/run/new_module.py"]
