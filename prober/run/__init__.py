@@ -1,2 +1,2 @@
-"""The run shell: runs a suite against its targets (runner, sessions, budget, retries, lease,
-loop lag, progress, the sample-writer process)."""
+"""The run shell: runs a suite against its targets (runner, the resources a run holds and its final
+status, sessions, budget, retries, lease, loop lag, progress, the sample-writer process)."""

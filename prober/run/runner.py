@@ -140,11 +140,16 @@ class Runner:
         result = RunResult(run_id=run.id, status="running", exit_code=EXIT_OK,
                            samples=self._samples_stored(store, run.id, resources, stop))
         if stop.summarizes:
-            self._check_error_ceilings(store, run.id, ended)
-            # A failed target's partial samples are summarized too, for `prober show`; only the
-            # targets that completed are judged (prober/alerting/alerts.py, prober/alerting/drift.py).
-            result.metrics = self._summarize(store, run.id, suite, targets, sessions, resources.lag)
-            store.write_metrics(result.metrics)
+            try:
+                self._check_error_ceilings(store, run.id, ended)
+                # A failed target's partial samples are summarized too, for `prober show`; only the
+                # targets that completed are judged (prober/alerting/alerts.py, prober/alerting/drift.py).
+                result.metrics = self._summarize(store, run.id, suite, targets, sessions, resources.lag)
+                store.write_metrics(result.metrics)
+            except Exception as exc:
+                # Summarizing failed (a bug, the store refusing the metrics): the run still finishes, failed.
+                crashed, result.metrics = exc, []
+                stop = RunStop(crash=f"internal error: {type(exc).__name__}: {exc}")
         decided = reconcile([t.name for t in targets], ended, stop)
         result.status, result.exit_code, result.problems, result.targets = (
             decided.status, decided.exit_code, decided.problems, decided.targets)
