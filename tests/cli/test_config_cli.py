@@ -64,7 +64,8 @@ def test_defaults_without_a_file(tmp_path, monkeypatch):
     assert config.targets["emulator"].is_emulator and config.targets["emulator"].protocol == "anthropic"
     assert config.targets["emulator-openai"].is_emulator and config.targets["emulator-openai"].protocol == "openai"
     assert config.targets["emulator-responses"].is_emulator
-    assert config.targets["emulator-responses"].protocol == config.targets["local-responses"].protocol == "openai-responses"
+    responses = config.targets["emulator-responses"], config.targets["local-responses"]
+    assert [target.protocol for target in responses] == ["openai-responses"] * 2
     assert config.targets["local-responses"].base_url == config.targets["local"].base_url
     assert config.store.url == "sqlite:///prober.db"
     assert default_config().hash() == config.hash()
