@@ -24,31 +24,18 @@ import time
 import uuid
 from typing import Any
 
+# HTTP errors (error_response), request ids and JSON are the chat-completions route's: both APIs
+# share them; the app calls error_response and new_request_id on this module as on the others.
+from prober.emulator.openai_wire import ERRORS, dumps, request_object
+from prober.emulator.openai_wire import error_response as error_response
+from prober.emulator.openai_wire import new_request_id as new_request_id
 from prober.emulator.plan import ErrorKind, GenRequest, InvalidRequest, PromptBlock, ResponsePlan
 
-# kind -> (status, type, code, message): HTTP errors have the chat-completions shape.
-_ERRORS: dict[str, tuple[int, str, str | None, str]] = {
-    "invalid_request": (400, "invalid_request_error", None, "invalid request"),
-    "not_found": (404, "invalid_request_error", "unknown_url", "Unknown request URL"),
-    "rate_limit": (429, "requests", "rate_limit_exceeded", "Rate limit reached for requests"),
-    "overloaded": (503, "server_error", None, "The engine is currently overloaded, please try again later"),
-    "server_error": (500, "server_error", None,
-                     "The server had an error while processing your request. Sorry about that!"),
-}
 # A failure after the stream started: the code an `error` event or a failed Response carries.
 _STREAM_CODES: dict[str, str] = {"overloaded": "server_is_overloaded", "rate_limit": "rate_limit_exceeded"}
 _JSON = "application/json"
-RESPONSES_BODY = "responses_body"
 _SSE = "text/event-stream; charset=utf-8"
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-
-
-def _dumps(value: Any) -> bytes:
-    return _ENCODER.encode(value).encode()
-
-
-def new_request_id() -> str:
-    return f"req_{uuid.uuid4().hex}"
+RESPONSES_BODY = "responses_body"
 
 
 # --- requests ---------------------------------------------------------------------------------
@@ -121,15 +108,7 @@ def _chat_response_format(text: Any) -> dict[str, Any] | None:
 
 
 def parse_request(body: bytes, request_id: str) -> GenRequest:
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidRequest("We could not parse the JSON body of your request.") from None
-    if not isinstance(data, dict):
-        raise InvalidRequest("The request body must be a JSON object.")
-    model = data.get("model")
-    if not isinstance(model, str) or not model:
-        raise InvalidRequest("Missing required parameter: 'model'.", param="model")
+    data, model = request_object(body)
     messages = _input_messages(data)
     tools = data.get("tools") or []
     if not isinstance(tools, list):
@@ -154,16 +133,6 @@ def parse_request(body: bytes, request_id: str) -> GenRequest:
                       max_tokens=max_tokens, blocks=blocks, body={**data, **view, RESPONSES_BODY: data})
 
 
-def error_response(kind: ErrorKind, request_id: str, message: str | None = None, param: str | None = None,
-                   retry_after_s: int | None = None) -> tuple[int, list[tuple[str, str]], bytes]:
-    status, error_type, code, default_message = _ERRORS[kind]
-    headers = [("content-type", _JSON), ("x-request-id", request_id)]
-    if retry_after_s is not None:
-        headers.append(("retry-after", str(retry_after_s)))
-    error = {"message": message or default_message, "type": error_type, "param": param, "code": code}
-    return status, headers, _dumps({"error": error})
-
-
 # --- responses --------------------------------------------------------------------------------
 
 class Encoder:
@@ -181,13 +150,13 @@ class Encoder:
         if plan.tool_name is None:
             self._delta_head = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
                                 b'"sequence_number":')
-            self._delta_mid = (b',"item_id":' + _dumps(self.item_id) + b',"output_index":0,"content_index":0,'
+            self._delta_mid = (b',"item_id":' + dumps(self.item_id) + b',"output_index":0,"content_index":0,'
                                b'"delta":')
             self._delta_tail = b',"logprobs":[]}\n\n'
         else:
             self._delta_head = (b'event: response.function_call_arguments.delta\ndata: '
                                 b'{"type":"response.function_call_arguments.delta","sequence_number":')
-            self._delta_mid = b',"item_id":' + _dumps(self.item_id) + b',"output_index":0,"delta":'
+            self._delta_mid = b',"item_id":' + dumps(self.item_id) + b',"output_index":0,"delta":'
             self._delta_tail = b"}\n\n"
         # The request's settings as every Response echoes them.
         self._echo = {
@@ -217,7 +186,7 @@ class Encoder:
     def _event(self, kind: str, fields: dict[str, Any]) -> bytes:
         payload = {"type": kind, "sequence_number": self._sequence, **fields}
         self._sequence += 1
-        return b"event: " + kind.encode() + b"\ndata: " + _dumps(payload) + b"\n\n"
+        return b"event: " + kind.encode() + b"\ndata: " + dumps(payload) + b"\n\n"
 
     def _response(self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None,
                   error: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -263,13 +232,13 @@ class Encoder:
     def token(self, text: str) -> bytes:
         sequence = self._sequence
         self._sequence += 1
-        return self._delta_head + str(sequence).encode() + self._delta_mid + _dumps(text) + self._delta_tail
+        return self._delta_head + str(sequence).encode() + self._delta_mid + dumps(text) + self._delta_tail
 
     def malformed(self) -> bytes:
         return self._delta_head + b"\n\n"             # JSON cut short
 
     def stream_error(self, kind: ErrorKind) -> bytes:
-        message = _ERRORS[kind][3]
+        message = ERRORS[kind][3]
         code = _STREAM_CODES.get(kind, "server_error")
         if kind == "overloaded":      # no Response to fail: the stream's own error event
             return self._event("error", {"code": code, "message": message, "param": None})
@@ -294,7 +263,7 @@ class Encoder:
 
     def message(self) -> bytes:
         status = "incomplete" if self._incomplete else "completed"
-        return _dumps(self._response(status, [self._item(status, self.plan.text)], self._usage()))
+        return dumps(self._response(status, [self._item(status, self.plan.text)], self._usage()))
 
     def error(self, kind: ErrorKind) -> tuple[int, list[tuple[str, str]], bytes]:
         return error_response(kind, self.request.request_id)

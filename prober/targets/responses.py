@@ -30,6 +30,7 @@ from prober.targets.adapter import (
     merge_extra,
     tool_call_record,
 )
+from prober.targets.openai import openai_tool_choice
 
 # Delta events whose `delta` string is generated content, by what it answers with.
 _ANSWER_DELTAS = frozenset({"response.output_text.delta", "response.refusal.delta",
@@ -104,21 +105,11 @@ def responses_tool(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def responses_tool_choice(choice: Any) -> Any:
-    """"auto" | "none" | "required" | "any" | {"name": ...} | a chat-completions or Anthropic dict."""
-    if isinstance(choice, str):
-        return {"any": "required"}.get(choice, choice)
-    if isinstance(choice, dict):
-        kind = choice.get("type")
-        if kind in ("auto", "none"):
-            return kind
-        if kind == "any":
-            return "required"
-        function = choice.get("function")
-        if kind == "function" and isinstance(function, dict):
-            return {"type": "function", "name": function.get("name")}
-        if kind in ("tool", None) and "name" in choice:
-            return {"type": "function", "name": choice["name"]}
-    return choice
+    """The chat-completions choice (openai_tool_choice) with a named function in the Responses
+    API's flat shape: {"type": "function", "name": ...}."""
+    choice = openai_tool_choice(choice)
+    function = choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
+    return {"type": "function", "name": function.get("name")} if isinstance(function, dict) else choice
 
 
 def _instructions(system: str | list[dict[str, Any]]) -> str:

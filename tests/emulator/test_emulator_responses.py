@@ -9,7 +9,6 @@ import json
 import re
 
 import jsonschema
-import openai
 import pytest
 
 from prober.core.config import TargetConfig, default_config
@@ -21,6 +20,7 @@ from prober.run.runner import Runner
 from prober.store import Store
 from prober.targets import make_adapter
 from prober.targets.conformance import check_exchange
+from tests.emulator.test_emulator_sdk import _openai
 from tests.support.cli import prober
 from tests.support.emulator import run, running
 
@@ -32,14 +32,10 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "degrees"
           "required": ["city", "degrees"], "additionalProperties": False}
 
 
-def _client(emulator) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=emulator.base_url + "/v1", api_key="x", max_retries=0)
-
-
 def test_the_sdk_parses_a_stream_event_by_event_in_order() -> None:
     async def scenario():
         async with running(FAST) as emulator:
-            client = _client(emulator)
+            client = _openai(emulator)
             stream = await client.responses.create(model="gpt-emu", input=QUESTION, instructions="be brief",
                                                    stream=True)
             events = [event async for event in stream]
@@ -69,7 +65,7 @@ def test_the_sdk_parses_a_stream_event_by_event_in_order() -> None:
 def test_the_sdk_parses_plain_and_cut_responses() -> None:
     async def scenario():
         async with running(FAST) as emulator:
-            client = _client(emulator)
+            client = _openai(emulator)
             whole = await client.responses.create(model="gpt-emu", input=QUESTION)
             cut = await client.responses.create(model="gpt-emu", input=QUESTION, max_output_tokens=5)
             await client.close()
