@@ -333,6 +333,28 @@ def _responses_models() -> dict[str, type[BaseModel]]:
     return models
 
 
+class _Repeats:
+    """The same type error in every delta of a stream is one finding, with a count of the events
+    like it: a server that leaves a field out of each delta would otherwise fill the exchange's 50
+    findings with one fault and cut off the rest (the usage of the terminal event comes last)."""
+
+    def __init__(self) -> None:
+        self._first: dict[tuple[str, str], int] = {}          # (event type, error) -> finding index
+        self._more: dict[int, int] = {}
+
+    def note(self, kind: str, error: str, finding: str, findings: list[str]) -> None:
+        at = self._first.get((kind, error))
+        if at is None:
+            self._first[(kind, error)] = len(findings)
+            findings.append(finding)
+        else:
+            self._more[at] = self._more.get(at, 0) + 1
+
+    def count_into(self, findings: list[str]) -> None:
+        for at, more in self._more.items():
+            findings[at] += f" (and {more} more {'event' if more == 1 else 'events'} like it)"
+
+
 def _check_responses(exchange: Exchange) -> list[str]:
     models = _responses_models()
     findings: list[str] = []
@@ -352,6 +374,7 @@ def _check_responses(exchange: Exchange) -> list[str]:
     terminal: str | None = None
     expected_sequence: int | None = None
     open_items: set[object] = set()
+    repeats = _Repeats()
     for position, (event, text) in enumerate(exchange.raw_events):
         data = _load(text)
         if not isinstance(data, dict):
@@ -359,6 +382,10 @@ def _check_responses(exchange: Exchange) -> list[str]:
             continue
         kind = data.get("type")
         label = f"{_RESPONSES} {kind or event} #{position}"
+        if kind is None and event is None and isinstance(data.get("error"), dict):
+            seen_error = True       # llama-server's unnamed `data: {"error": {...}}`
+            _check_openai_error(data, f"{_RESPONSES} error event #{position}", findings)
+            continue
         if event is not None and event != kind:
             findings.append(f"{label}: SSE event name {event!r} but data.type {kind!r}")
         if terminal is not None:
@@ -370,7 +397,10 @@ def _check_responses(exchange: Exchange) -> list[str]:
             expected_sequence = sequence + 1
         if kind not in models:
             continue            # a notice (exchange.extra["notices"]), as the API's union grows
-        _validate(models[kind], text, label, findings)
+        errors: list[str] = []
+        _validate(models[kind], text, "", errors)
+        for error in errors:
+            repeats.note(kind, error, f"{label}{error}", findings)
         if kind == "error":
             seen_error = True
             continue
@@ -397,6 +427,7 @@ def _check_responses(exchange: Exchange) -> list[str]:
             response = data.get("response")
             if kind != "response.failed" and isinstance(response, dict) and response.get("usage") is None:
                 findings.append(f"{label}: no usage")
+    repeats.count_into(findings)
     if terminal is None and not seen_error and not _cut_by_transport(exchange):
         findings.append(f"{_RESPONSES} stream without response.completed")
     if terminal not in (None, "response.failed") and open_items:       # a failed one stops where it broke

@@ -173,7 +173,8 @@ class ResponsesStreamDecoder(StreamDecoder):
             if kind == "response.failed":
                 error = response.get("error") if isinstance(response, dict) else None
                 self._error_event({"error": error} if isinstance(error, dict) else _nested_error(obj), ns)
-        elif kind == "error" or event == "error":
+        elif kind == "error" or event == "error" or (kind is None and isinstance(obj.get("error"), dict)):
+            # The API's `error` event; llama-server sends `data: {"error": {...}}` without a name.
             self._error_event(_nested_error(obj), ns)
         elif kind not in KNOWN_EVENTS:
             # The SDK's union grows with the API: an unknown event is a notice, as on Anthropic.

@@ -393,3 +393,82 @@ def test_order_findings_events_before_created_and_for_items_never_added():
     assert findings[0] == "openai-responses response.in_progress #0: before response.created"
     assert "openai-responses response.content_part.added #6: for item 'msg_1' that is not open" in findings
     assert "openai-responses response.output_item.done #12: item 'msg_1' done but never added" in findings
+
+
+# --- llama-server's shape (tools/server/server-task.cpp, to_json_oaicompat_resp*) ---------------------
+
+def llama_server_stream(text_pieces=("Hel", "lo"), cached=12) -> bytes:
+    """A stream exactly as llama-server writes it: named events, no sequence_number, output_index or
+    logprobs, a bare Response in response.created, usage without output_tokens_details."""
+    def event(kind, **fields):
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields}, separators=(',', ':'))}\n\n"
+    stub = {"id": "resp_x", "object": "response", "status": "in_progress"}
+    out = event("response.created", response=stub) + event("response.in_progress", response=stub)
+    out += event("response.output_item.added", item={"content": [], "id": "msg_x", "role": "assistant",
+                                                     "status": "in_progress", "type": "message"})
+    out += event("response.content_part.added", item_id="msg_x", part={"type": "output_text", "text": ""})
+    for piece in text_pieces:
+        out += event("response.output_text.delta", item_id="msg_x", delta=piece)
+    text = "".join(text_pieces)
+    part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
+    item = {"type": "message", "status": "completed", "id": "msg_x", "content": [part], "role": "assistant"}
+    out += event("response.output_text.done", item_id="msg_x", text=text)
+    out += event("response.content_part.done", item_id="msg_x", part=part)
+    out += event("response.output_item.done", item=item)
+    usage = {"input_tokens": 20, "output_tokens": len(text_pieces), "total_tokens": 20 + len(text_pieces),
+             "input_tokens_details": {"cached_tokens": cached}}
+    out += event("response.completed", response={"id": "resp_x", "object": "response", "created_at": 1,
+                                                 "status": "completed", "model": "smol", "output": [item],
+                                                 "usage": usage}, timings={"prompt_n": 8, "cache_n": cached})
+    return out.encode()
+
+
+# What strict conformance says about llama-server's stream, each one true (the source writes none of
+# these fields): at most three per event, a fault shared by the deltas counted once; nothing about
+# order, items, usage presence or timing. (The terminal usage's missing output_tokens_details and
+# cache_write_tokens are past its event's three.)
+LLAMA_SERVER_FINDINGS = [
+    "openai-responses response.created #0: response.created_at: Field required",
+    "openai-responses response.created #0: response.model: Field required",
+    "openai-responses response.created #0: response.output: Field required",
+    "openai-responses response.in_progress #1: response.created_at: Field required",
+    "openai-responses response.in_progress #1: response.model: Field required",
+    "openai-responses response.in_progress #1: response.output: Field required",
+    "openai-responses response.output_item.added #2: output_index: Field required",
+    "openai-responses response.output_item.added #2: sequence_number: Field required",
+    "openai-responses response.content_part.added #3: content_index: Field required",
+    "openai-responses response.content_part.added #3: output_index: Field required",
+    "openai-responses response.content_part.added #3: part.annotations: Field required",
+    "openai-responses response.output_text.delta #4: content_index: Field required (and 1 more event like it)",
+    "openai-responses response.output_text.delta #4: logprobs: Field required (and 1 more event like it)",
+    "openai-responses response.output_text.delta #4: output_index: Field required (and 1 more event like it)",
+    "openai-responses response.output_text.done #6: content_index: Field required",
+    "openai-responses response.output_text.done #6: logprobs: Field required",
+    "openai-responses response.output_text.done #6: output_index: Field required",
+    "openai-responses response.content_part.done #7: content_index: Field required",
+    "openai-responses response.content_part.done #7: output_index: Field required",
+    "openai-responses response.content_part.done #7: sequence_number: Field required",
+    "openai-responses response.output_item.done #8: output_index: Field required",
+    "openai-responses response.output_item.done #8: sequence_number: Field required",
+    "openai-responses response.completed #9: response.parallel_tool_calls: Field required",
+    "openai-responses response.completed #9: response.tool_choice: Field required",
+    "openai-responses response.completed #9: response.tools: Field required",
+]
+
+
+def test_llama_server_stream_is_read_whole_and_its_deviations_are_named():
+    ex = decode(PROTOCOL, llama_server_stream(), 61)
+    assert ex.ok and ex.text == "Hello" and ex.finish_reason == "completed"
+    assert ex.usage == {"prompt_tokens": 20, "completion_tokens": 2, "total_tokens": 22,
+                        "prompt_tokens_details": {"cached_tokens": 12}}
+    assert ex.first_token_ns == ex.first_answer_ns == 4 and ex.chunk_ns == [4, 5]
+    assert check_exchange(ex) == LLAMA_SERVER_FINDINGS
+
+
+def test_llama_server_stream_error_is_kept_with_its_class():
+    raw = llama_server_stream().split(b"event: response.output_text.done")[0]
+    raw += b'data: {"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}\n\n'
+    ex = decode(PROTOCOL, raw, 61)
+    assert ex.error_type == "overloaded" and "Loading model" in ex.error_message and ex.text == "Hello"
+    findings = check_exchange(ex)
+    assert not [f for f in findings if "without response.completed" in f or "error" in f], findings
