@@ -195,3 +195,30 @@ def test_penalty_suite_skips_the_target_in_one_line(tmp_path) -> None:
     assert len(lines) == 1 and re.search(r"Responses API takes no frequency, presence or repetition penalty",
                                          lines[0]), lines
     assert "Traceback" not in result.stderr
+
+
+def test_a_failed_stream_is_retried_and_the_target_is_listed(tmp_path) -> None:
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text('first_token_delay_ms = 5\n\n[faults]\nfail_first_n = 2\n'
+                        'fail_first_kind = "mid_stream_error"\n')
+    config = default_config()
+    config.store.url = f"sqlite:///{tmp_path}/retry.db"
+    config.runner.progress = False
+    config.runner.backoff_base = 0.01
+    config.targets["emulator-responses"].emulator.scenario = str(scenario)
+    result = Runner(config).run("latency", ["emulator-responses"], {"levels": [1], "requests_per_level": 2,
+                                                                     "warmup": 0})
+    assert result.exit_code == 0, result.problems
+    store = Store.open(config.store.url)
+    try:
+        rows = store.samples(result.run_id)
+    finally:
+        store.close()
+    failed = [r for r in rows if r["error_type"]]
+    assert [(r["error_type"], r["final"]) for r in failed] == [("overloaded", False)] * 2
+    assert all("error event after HTTP 200" in r["error_message"] for r in failed)
+    assert len([r for r in rows if r["final"] and not r["error_type"]]) == 2
+    listed = prober("targets", cwd=tmp_path)
+    assert listed.returncode == 0
+    for name in ("emulator-responses", "local-responses"):
+        assert re.search(rf"{name}\s.*openai-responses", listed.stdout), listed.stdout
