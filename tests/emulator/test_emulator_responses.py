@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 
 import jsonschema
 import pytest
@@ -23,6 +24,7 @@ from prober.targets.conformance import check_exchange
 from tests.emulator.test_emulator_sdk import _openai
 from tests.support.cli import prober
 from tests.support.emulator import run, running
+from tests.support.timing import timing_sensitive
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(300)]
 
@@ -129,6 +131,43 @@ def test_a_mid_stream_fault_is_an_overloaded_error(stream) -> None:
     assert check_exchange(ex) == []
     if stream:
         assert ex.text and ex.raw_events[-1][0] == "error"
+
+
+@timing_sensitive
+def test_ttft_and_itl_follow_the_scenario_as_on_chat_completions() -> None:
+    """The engine times both routes: interleaved requests on /v1/responses and /v1/chat/completions,
+    the chat route the reference, measured in the same test."""
+    slow = Scenario(first_token_delay_ms=120, decode_tokens_per_s=50, output_tokens=6)
+
+    async def scenario():
+        async with running(slow) as emulator:
+            adapters = {protocol: make_adapter(TargetConfig(name=protocol, protocol=protocol, model="gpt-emu",
+                                                            emulator={}), emulator.base_url, None)
+                        for protocol in ("openai-responses", "openai")}
+            request = ChatRequest(messages=[{"role": "user", "content": QUESTION}])
+            try:
+                return [(protocol, await adapter.send(request)) for _ in range(4)
+                        for protocol, adapter in adapters.items()]
+            finally:
+                for adapter in adapters.values():
+                    await adapter.aclose()
+
+    timed = run(scenario())
+    assert all(ex.ok for _, ex in timed)
+
+    def median(protocol, figure):
+        return statistics.median(figure(ex) for p, ex in timed if p == protocol)
+
+    def ttft(ex):
+        return ex.ttft_ms
+
+    def itl(ex):
+        return (ex.chunk_ns[-1] - ex.chunk_ns[0]) / 1e6 / (len(ex.chunk_ns) - 1)
+
+    for figure in (ttft, itl):
+        ratio = median("openai-responses", figure) / median("openai", figure)
+        assert 0.8 <= ratio <= 1.25, (figure.__name__, ratio)
+    assert median("openai-responses", ttft) >= 120 * 0.95
 
 
 # --- every suite that runs on the OpenAI protocol -----------------------------------------------------
