@@ -60,7 +60,7 @@ def test_caching_on_responses_reads_cached_tokens(tmp_path, llama_servers):
     # the system prompt goes out as `instructions`; later repeats read it back from the slot's cache
     assert all(r["request_body"]["instructions"] for r in repeat)
     reads = [r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in repeat]
-    assert reads[0] < reads[-1] and reads[-1] > 0.9 * repeat[-1]["usage"]["prompt_tokens"], reads
+    assert reads[0] < reads[-1] and reads[-1] > 0.8 * repeat[-1]["usage"]["prompt_tokens"], reads
     assert _value(metrics, "hit_rate", case="repeat") >= 0.8
     assert _value(metrics, "read_fraction", case="repeat") > 0.9
     assert _value(metrics, "read_fraction", case="volatile", position="system_start") < 0.05
