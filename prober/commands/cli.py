@@ -59,8 +59,8 @@ out = Console(file=cast(IO[str], RedactingStream()), highlight=False, width=_CAP
 err = Console(file=cast(IO[str], RedactingStream(stderr=True)), stderr=True, highlight=False, soft_wrap=True)
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="prober.toml to use "
-                         "(default: ./prober.toml if present, else built-in targets local, emulator "
-                         "and emulator-openai)")]
+                         "(default: ./prober.toml if present, else built-in targets local, emulator, "
+                         "emulator-openai, and local-responses and emulator-responses for the Responses API)")]
 # PROBER_DB: a store URL with a password stays off the command line (ps, a pod's spec).
 DbOption = Annotated[str | None, typer.Option("--db", envvar="PROBER_DB",
                                               help="store URL, overriding the config's [store] url")]

@@ -55,7 +55,7 @@ class EmulatorTarget(_Strict):
 
 class TargetConfig(_Strict):
     name: str = ""
-    protocol: Literal["anthropic", "openai"]
+    protocol: Literal["anthropic", "openai", "openai-responses"]
     base_url: str | None = Field(None, description="e.g. https://api.anthropic.com; unset for the emulator")
     model: str
     api_key_env: str | None = Field(None, description="name of the environment variable holding the key")
@@ -337,6 +337,10 @@ def default_config() -> ProberConfig:
                       "model": "SmolLM2-135M-Instruct", "max_concurrency": 64},
             "emulator": {"protocol": "anthropic", "model": "emulator-1", "emulator": {}},
             "emulator-openai": {"protocol": "openai", "model": "emulator-1", "emulator": {}},
+            # The same servers through the OpenAI Responses API (POST /v1/responses).
+            "local-responses": {"protocol": "openai-responses", "base_url": f"http://127.0.0.1:{LOCAL_PORT}",
+                                "model": "SmolLM2-135M-Instruct", "max_concurrency": 64},
+            "emulator-responses": {"protocol": "openai-responses", "model": "emulator-1", "emulator": {}},
         },
     })
 

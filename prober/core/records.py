@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
-Protocol = Literal["anthropic", "openai"]
+Protocol = Literal["anthropic", "openai", "openai-responses"]
 
 # Error types a failed Exchange can carry (DESIGN.md, "Errors and exit codes").
 ERROR_TYPES = (
@@ -98,6 +98,7 @@ class Exchange:
     connected_ns: int | None = None
     first_byte_ns: int | None = None
     first_token_ns: int | None = None
+    first_answer_ns: int | None = None       # first answer token after any reasoning (ttft_answer)
     chunk_ns: list[int] = field(default_factory=list)      # each content-bearing chunk's arrival
     chunk_chars: list[int] = field(default_factory=list)   # characters of content in each such chunk
     end_ns: int | None = None

@@ -4,6 +4,7 @@ Endpoints:
     POST /v1/messages                 Anthropic Messages, streaming or not
     POST /v1/messages/count_tokens    {"input_tokens": N}, counted as generation counts
     POST /v1/chat/completions         OpenAI Chat Completions, streaming or not
+    POST /v1/responses                OpenAI Responses, streaming or not
     GET  /v1/models                   the scenario's models (Anthropic shape if anthropic-version is sent)
     GET  /_emulator/ground_truth      one record per generation request (see ground_truth.py)
     POST /_emulator/reset             clear the ground truth and the prompt cache, restart request numbering
@@ -21,7 +22,7 @@ import signal
 from types import ModuleType
 from typing import Any, cast
 
-from prober.emulator import anthropic_wire, openai_wire
+from prober.emulator import anthropic_wire, openai_wire, responses_wire
 from prober.emulator.behaviours import Behaviour, Pipeline, ServerState, base_behaviours
 from prober.emulator.engine import Player, PlayResult, Slots, content_due, stream_frames, unary_frames
 from prober.emulator.faults import IMMEDIATE_ERRORS, MID_STREAM_ERROR
@@ -39,6 +40,9 @@ from prober.emulator.server import (
 )
 
 _JSON = [("content-type", "application/json")]
+# The protocol each wire module speaks, as the ground truth records it.
+_PROTOCOLS: dict[ModuleType, str] = {anthropic_wire: "anthropic", openai_wire: "openai",
+                                     responses_wire: "openai-responses"}
 _log = logging.getLogger(__name__)
 
 
@@ -126,6 +130,8 @@ class Emulator:
             return await self._generate(anthropic_wire, request, writer)
         if route == ("POST", "/v1/chat/completions"):
             return await self._generate(openai_wire, request, writer)
+        if route == ("POST", "/v1/responses"):
+            return await self._generate(responses_wire, request, writer)
         if route == ("POST", "/v1/messages/count_tokens"):
             request_id = anthropic_wire.new_request_id()
             try:
@@ -170,7 +176,7 @@ class Emulator:
         loop = asyncio.get_running_loop()
         received = cast(ReceiveStampingProtocol, writer.transport.get_protocol())
         arrived = received.received_loop_time
-        record = self._truth.arrived(wire.new_request_id(), "anthropic" if wire is anthropic_wire else "openai",
+        record = self._truth.arrived(wire.new_request_id(), _PROTOCOLS[wire],
                                      request.path, mono_ns=received.received_ns, wall_ns=received.received_wall_ns,
                                      in_flight=self._in_flight)
         try:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from prober.emulator.plan import ErrorKind, GenRequest, InvalidRequest, PromptBlock, ResponsePlan
 
 # kind -> (status, type, code, message)
-_ERRORS: dict[str, tuple[int, str, str | None, str]] = {
+ERRORS: dict[str, tuple[int, str, str | None, str]] = {
     "invalid_request": (400, "invalid_request_error", None, "invalid request"),
     "not_found": (404, "invalid_request_error", "unknown_url", "Unknown request URL"),
     "rate_limit": (429, "requests", "rate_limit_exceeded", "Rate limit reached for requests"),
@@ -33,7 +33,7 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)   # one i
                                                                          # options builds one per call
 
 
-def _dumps(value: Any) -> bytes:
+def dumps(value: Any) -> bytes:
     return _ENCODER.encode(value).encode()
 
 
@@ -62,7 +62,8 @@ def _optional_int(data: dict[str, Any], name: str) -> int | None:
     return value
 
 
-def parse_request(body: bytes, request_id: str) -> GenRequest:
+def request_object(body: bytes) -> tuple[dict[str, Any], str]:
+    """The JSON object of an OpenAI request body (both APIs) and its model, or InvalidRequest."""
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -72,6 +73,11 @@ def parse_request(body: bytes, request_id: str) -> GenRequest:
     model = data.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequest("you must provide a model parameter", param="model")
+    return data, model
+
+
+def parse_request(body: bytes, request_id: str) -> GenRequest:
+    data, model = request_object(body)
     messages = data.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("Missing required parameter: 'messages'.", param="messages")
@@ -98,22 +104,22 @@ def parse_request(body: bytes, request_id: str) -> GenRequest:
 
 
 def models_response(models: list[str]) -> bytes:
-    return _dumps({"object": "list",
+    return dumps({"object": "list",
                    "data": [{"id": name, "object": "model", "created": 1735689600, "owned_by": "prober-emulator"}
                             for name in models]})
 
 
 def error_response(kind: ErrorKind, request_id: str, message: str | None = None, param: str | None = None,
                    retry_after_s: int | None = None) -> tuple[int, list[tuple[str, str]], bytes]:
-    status, _, _, default_message = _ERRORS[kind]
+    status, _, _, default_message = ERRORS[kind]
     headers = [("content-type", _JSON), ("x-request-id", request_id)]
     if retry_after_s is not None:
         headers.append(("retry-after", str(retry_after_s)))
-    return status, headers, _dumps(_error_body(kind, message or default_message, param))
+    return status, headers, dumps(_error_body(kind, message or default_message, param))
 
 
 def _error_body(kind: ErrorKind, message: str, param: str | None = None) -> dict[str, Any]:
-    _, error_type, code, _ = _ERRORS[kind]
+    _, error_type, code, _ = ERRORS[kind]
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
@@ -130,7 +136,7 @@ class Encoder:
         # Every chunk starts with the same fields; build them once.
         head = {"id": self.completion_id, "object": "chat.completion.chunk", "created": self.created,
                 "model": request.model, "system_fingerprint": plan.system_fingerprint}
-        self._chunk_head = b"data: " + _dumps(head)[:-1] + b',"choices":['
+        self._chunk_head = b"data: " + dumps(head)[:-1] + b',"choices":['
         self._chunk_tail = b'],"usage":null}\n\n' if request.include_usage else b"]}\n\n"
         self.tool_call_id = f"call_{uuid.uuid4().hex[:24]}"
         self._tool_call_opened = False
@@ -146,7 +152,7 @@ class Encoder:
         return fields
 
     def _choice_chunk(self, delta: bytes, finish_reason: str | None = None) -> bytes:
-        finish = b"null" if finish_reason is None else _dumps(finish_reason)
+        finish = b"null" if finish_reason is None else dumps(finish_reason)
         return (self._chunk_head + b'{"index":0,"delta":' + delta + b',"logprobs":null,"finish_reason":'
                 + finish + b"}" + self._chunk_tail)
 
@@ -161,7 +167,7 @@ class Encoder:
 
     def token(self, text: str) -> bytes:
         if self.plan.tool_name is None:
-            return self._choice_chunk(b'{"content":' + _dumps(text) + b"}")
+            return self._choice_chunk(b'{"content":' + dumps(text) + b"}")
         # The call's id and name ride on its first arguments piece, so that the first chunk carrying
         # tool_calls (where TTFT is measured) leaves when the first token is due, not with the preamble.
         call: dict[str, Any] = {"index": 0, "function": {"arguments": text}}
@@ -169,13 +175,13 @@ class Encoder:
             self._tool_call_opened = True
             call = {"index": 0, "id": self.tool_call_id, "type": "function",
                     "function": {"name": self.plan.tool_name, "arguments": text}}
-        return self._choice_chunk(_dumps({"tool_calls": [call]}))
+        return self._choice_chunk(dumps({"tool_calls": [call]}))
 
     def malformed(self) -> bytes:
         return self._chunk_head[:len(self._chunk_head) // 2] + b"\n\n"   # JSON cut short
 
     def stream_error(self, kind: ErrorKind) -> bytes:
-        return b"data: " + _dumps(_error_body(kind, _ERRORS[kind][3])) + b"\n\n"
+        return b"data: " + dumps(_error_body(kind, ERRORS[kind][3])) + b"\n\n"
 
     def _timings(self) -> dict[str, Any]:
         """llama-server's `timings` with the plan's own values: prompt_ms runs from the slot grant
@@ -194,16 +200,16 @@ class Encoder:
 
     def epilogue(self) -> bytes:
         # llama-server attaches `timings` to the last chunk: the usage chunk when there is one.
-        timings = b',"timings":' + _dumps(self._timings()) if self.plan.server_timings else b""
+        timings = b',"timings":' + dumps(self._timings()) if self.plan.server_timings else b""
         if not self.request.include_usage:
             finish = self._choice_chunk(b"{}", self.finish_reason)
             return (finish[:-3] + timings + b"}\n\n" if timings else finish) + b"data: [DONE]\n\n"
         out = self._choice_chunk(b"{}", self.finish_reason)
-        out += self._chunk_head + b'],"usage":' + _dumps(self._usage()) + timings + b"}\n\n"
+        out += self._chunk_head + b'],"usage":' + dumps(self._usage()) + timings + b"}\n\n"
         return out + b"data: [DONE]\n\n"
 
     def message(self) -> bytes:
-        return _dumps({
+        return dumps({
             "id": self.completion_id, "object": "chat.completion", "created": self.created,
             "model": self.request.model,
             "choices": [{"index": 0, "message": self._message(), "logprobs": None,

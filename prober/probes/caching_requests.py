@@ -101,7 +101,8 @@ def question(index: int, stamp: str | None = None) -> str:
 
 
 def extra_fields(protocol: str, prompt_cache_key: str | None) -> dict[str, Any]:
-    return {"prompt_cache_key": prompt_cache_key} if protocol == "openai" and prompt_cache_key else {}
+    # Both OpenAI APIs take the key (chat completions and Responses); Anthropic's has none.
+    return {"prompt_cache_key": prompt_cache_key} if protocol != "anthropic" and prompt_cache_key else {}
 
 
 def sequence_request(seq: str, index: int, *, prefix_tokens: int, ttl: str, max_tokens: int,

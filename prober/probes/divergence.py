@@ -144,7 +144,9 @@ def _same_request(prompt: DivergencePrompt, params: DivergenceParams, protocol: 
 
 def build_request(prompt: DivergencePrompt, params: DivergenceParams, protocol: str) -> ChatRequest:
     sampling: dict[str, Any] = {"temperature": params.temperature}
-    if protocol == "openai":     # Anthropic's API has no seed, no penalties and no logprobs
+    # Chat completions only: neither Anthropic's API nor OpenAI's Responses API takes a seed or
+    # penalties (the Responses API's logprobs come through `include`, which this probe does not read).
+    if protocol == "openai":
         # The no-op penalties too, so that no server-side default can leak in (DESIGN.md).
         sampling.update(frequency_penalty=0.0, presence_penalty=0.0)
         if params.seed is not None:

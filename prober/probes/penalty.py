@@ -18,9 +18,11 @@ The grid, per mode, n_records and temperature: an explicit baseline with every p
 value (frequency 0, presence 0, repetition 1.0), an `omitted` baseline with no penalty field at all,
 then one penalty varied at a time. Penalties are sent on every protocol: an endpoint that refuses
 a field (the hosted Anthropic API: 400) has it dropped and recorded by the adapter, which is itself
-a finding (`penalty_unsupported`). The repetition penalty goes out under each name in
-`repetition_penalty_fields` (vLLM and SGLang read `repetition_penalty`, llama.cpp `repeat_penalty`).
-Requests are interleaved round by round, so slow drift of the endpoint hits every cell alike.
+a finding (`penalty_unsupported`). The OpenAI Responses API has no penalty parameter at all: a target
+on it is skipped with one line in the run's output, and nothing is sent. The repetition penalty goes
+out under each name in `repetition_penalty_fields` (vLLM and SGLang read `repetition_penalty`,
+llama.cpp `repeat_penalty`). Requests are interleaved round by round, so slow drift of the endpoint
+hits every cell alike.
 
 Metrics, per cell (labels mode, n_records, penalty: its name, "none" for the explicit baseline or
 "omitted"; penalty_value: None for the baselines; temperature); every rate has a Wilson 95% interval:
@@ -180,6 +182,11 @@ class Cell:
                 "penalty_value": self.penalty_value, "temperature": self.temperature}
 
 
+# Protocols whose API takes none of the penalties, and why: the probe skips their targets.
+NO_PENALTIES = {"openai-responses": "the OpenAI Responses API takes no frequency, presence or repetition "
+                                    "penalty (ResponseCreateParams)"}
+
+
 def wire_mode(mode: str, protocol: str) -> str | None:
     """The mode as sent on a protocol; None when the protocol cannot express it."""
     if protocol == "anthropic":
@@ -298,6 +305,10 @@ class PenaltyProbe(Probe[PenaltyParams]):
 
     async def run(self, ctx: ProbeContext, params: PenaltyParams) -> None:
         protocol = ctx.target.protocol
+        if protocol in NO_PENALTIES:
+            # Nothing to measure: say so in the run's output, send nothing, store nothing.
+            with ctx.progress_task(f"penalty skipped: {NO_PENALTIES[protocol]}", 0):
+                return
         cells = interleaved(grid(params, protocol))
         queue = iter(cells)
 

@@ -17,6 +17,9 @@ def make_adapter(target: TargetConfig, base_url: str, api_key: str | None) -> Ta
     if target.protocol == "anthropic":
         from prober.targets.anthropic import AnthropicAdapter
         return AnthropicAdapter(target, base_url, api_key)
+    if target.protocol == "openai-responses":
+        from prober.targets.responses import ResponsesAdapter
+        return ResponsesAdapter(target, base_url, api_key)
     from prober.targets.openai import OpenAIAdapter
     return OpenAIAdapter(target, base_url, api_key)
 

@@ -1,4 +1,5 @@
-"""Conformance of a completed Exchange against the official SDKs' pydantic types.
+"""Conformance of a completed Exchange against the official SDKs' pydantic types (Anthropic
+Messages, OpenAI Chat Completions and OpenAI Responses).
 
 Off the timing path: the adapter keeps every event's data text (or the body text) in
 `exchange.raw_events`, and the runner calls `check_exchange` after the exchange completed. Each
@@ -15,6 +16,7 @@ event's position in `raw_events`.
 from __future__ import annotations
 
 import json
+import typing
 from functools import cache
 from typing import Any
 
@@ -107,6 +109,8 @@ def check_exchange(exchange: Exchange) -> list[str]:
             return []
         if exchange.protocol == "anthropic":
             findings = _check_anthropic(exchange)
+        elif exchange.protocol == "openai-responses":
+            findings = _check_responses(exchange)
         else:
             findings = _check_openai(exchange)
     except Exception as exc:   # a checker bug must not cost the sample
@@ -295,4 +299,137 @@ def _check_openai(exchange: Exchange) -> list[str]:
     options = exchange.request_body.get("stream_options")
     if isinstance(options, dict) and options.get("include_usage") and not seen_usage and not cut:
         findings.append("openai stream: no usage chunk although stream_options.include_usage was set")
+    return findings
+
+
+# --- OpenAI Responses ----------------------------------------------------------------------------
+# Every event validated strictly against the SDK type its `type` names (the members of the SDK's
+# stream union), the body against `Response`; an error body needs an error object with a message.
+# Protocol-level checks: the SSE event name matches data.type, sequence_number counts up by one,
+# response.created comes first, one terminal event (response.completed / .incomplete / .failed)
+# ends the stream and nothing follows it, item events name an output item that was added and not
+# yet done, and the terminal Response reports usage. Event types the SDK does not know are
+# notices (the adapter records them), not findings.
+
+_RESPONSES_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+# Events that belong to an output item by `item_id` (the item must have been added, and not done).
+_ITEM_EVENT_PREFIXES = ("response.content_part.", "response.output_text.", "response.refusal.",
+                        "response.function_call_arguments.", "response.reasoning_text.",
+                        "response.reasoning_summary_")
+_RESPONSES = "openai-responses"
+
+
+@cache
+def _responses_models() -> dict[str, type[BaseModel]]:
+    """Event type -> the SDK model of that event, from the SDK's own stream union."""
+    from openai.types.responses import Response, ResponseStreamEvent
+
+    union = typing.get_args(ResponseStreamEvent)[0]       # Annotated[Union[...], PropertyInfo]
+    models: dict[str, type[BaseModel]] = {}
+    for member in typing.get_args(union):
+        for literal in typing.get_args(member.model_fields["type"].annotation):
+            models[literal] = member
+    models["(body)"] = Response
+    return models
+
+
+class _Repeats:
+    """The same type error in every delta of a stream is one finding, with a count of the events
+    like it: a server that leaves a field out of each delta would otherwise fill the exchange's 50
+    findings with one fault and cut off the rest (the usage of the terminal event comes last)."""
+
+    def __init__(self) -> None:
+        self._first: dict[tuple[str, str], int] = {}          # (event type, error) -> finding index
+        self._more: dict[int, int] = {}
+
+    def note(self, kind: str, error: str, finding: str, findings: list[str]) -> None:
+        at = self._first.get((kind, error))
+        if at is None:
+            self._first[(kind, error)] = len(findings)
+            findings.append(finding)
+        else:
+            self._more[at] = self._more.get(at, 0) + 1
+
+    def count_into(self, findings: list[str]) -> None:
+        for at, more in self._more.items():
+            findings[at] += f" (and {more} more {'event' if more == 1 else 'events'} like it)"
+
+
+def _check_responses(exchange: Exchange) -> list[str]:
+    models = _responses_models()
+    findings: list[str] = []
+    status = exchange.status or 0
+    if not 200 <= status < 300 or not _is_stream(exchange):
+        text = exchange.raw_events[0][1]
+        body = _load(text)
+        if isinstance(body, _NotJSON):
+            return [f"{_RESPONSES} body (HTTP {status}): not JSON: {body.text[:80]!r}"]
+        if not 200 <= status < 300 or (isinstance(body, dict) and body.get("object") != "response"
+                                       and body.get("error") is not None):
+            _check_openai_error(body, f"{_RESPONSES} error body (HTTP {status})", findings)
+        else:
+            _validate(models["(body)"], text, f"{_RESPONSES} response", findings)
+        return findings
+    seen_created = seen_error = False
+    terminal: str | None = None
+    expected_sequence: int | None = None
+    open_items: set[object] = set()
+    repeats = _Repeats()
+    for position, (event, text) in enumerate(exchange.raw_events):
+        data = _load(text)
+        if not isinstance(data, dict):
+            findings.append(f"{_RESPONSES} event #{position}: data is not a JSON object")
+            continue
+        kind = data.get("type")
+        label = f"{_RESPONSES} {kind or event} #{position}"
+        if kind is None and event is None and isinstance(data.get("error"), dict):
+            seen_error = True       # llama-server's unnamed `data: {"error": {...}}`
+            _check_openai_error(data, f"{_RESPONSES} error event #{position}", findings)
+            continue
+        if event is not None and event != kind:
+            findings.append(f"{label}: SSE event name {event!r} but data.type {kind!r}")
+        if terminal is not None:
+            findings.append(f"{label}: event after {terminal}")
+        sequence = data.get("sequence_number")
+        if type(sequence) is int:
+            if expected_sequence is not None and sequence != expected_sequence:
+                findings.append(f"{label}: sequence_number {sequence}, expected {expected_sequence}")
+            expected_sequence = sequence + 1
+        if kind not in models:
+            continue            # a notice (exchange.extra["notices"]), as the API's union grows
+        errors: list[str] = []
+        _validate(models[kind], text, "", errors)
+        for error in errors:
+            repeats.note(kind, error, f"{label}{error}", findings)
+        if kind == "error":
+            seen_error = True
+            continue
+        if kind == "response.created":
+            if seen_created:
+                findings.append(f"{label}: second response.created")
+            seen_created = True
+        elif not seen_created:
+            findings.append(f"{label}: before response.created")
+            seen_created = True
+        if kind == "response.output_item.added":
+            item = data.get("item")
+            open_items.add(item.get("id") if isinstance(item, dict) else None)
+        elif kind == "response.output_item.done":
+            item = data.get("item")
+            item_id = item.get("id") if isinstance(item, dict) else None
+            if item_id not in open_items:
+                findings.append(f"{label}: item {item_id!r} done but never added")
+            open_items.discard(item_id)
+        elif kind.startswith(_ITEM_EVENT_PREFIXES) and data.get("item_id") not in open_items:
+            findings.append(f"{label}: for item {data.get('item_id')!r} that is not open")
+        elif kind in _RESPONSES_TERMINAL:
+            terminal = kind
+            response = data.get("response")
+            if kind != "response.failed" and isinstance(response, dict) and response.get("usage") is None:
+                findings.append(f"{label}: no usage")
+    repeats.count_into(findings)
+    if terminal is None and not seen_error and not _cut_by_transport(exchange):
+        findings.append(f"{_RESPONSES} stream without response.completed")
+    if terminal not in (None, "response.failed") and open_items:       # a failed one stops where it broke
+        findings.append(f"{_RESPONSES} stream: items {sorted(map(str, open_items))} never done")
     return findings

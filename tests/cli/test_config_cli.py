@@ -59,10 +59,14 @@ def test_secrets_in_headers_are_refused(tmp_path):
 def test_defaults_without_a_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = load_config(None)
-    assert set(config.targets) == {"local", "emulator", "emulator-openai"}
+    assert set(config.targets) == {"local", "emulator", "emulator-openai", "local-responses", "emulator-responses"}
     assert config.targets["local"].base_url == "http://127.0.0.1:8080"
     assert config.targets["emulator"].is_emulator and config.targets["emulator"].protocol == "anthropic"
     assert config.targets["emulator-openai"].is_emulator and config.targets["emulator-openai"].protocol == "openai"
+    assert config.targets["emulator-responses"].is_emulator
+    responses = config.targets["emulator-responses"], config.targets["local-responses"]
+    assert [target.protocol for target in responses] == ["openai-responses"] * 2
+    assert config.targets["local-responses"].base_url == config.targets["local"].base_url
     assert config.store.url == "sqlite:///prober.db"
     assert default_config().hash() == config.hash()
 

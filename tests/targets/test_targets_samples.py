@@ -17,6 +17,7 @@ from prober.targets import make_adapter
 from prober.targets.anthropic import AnthropicStreamDecoder
 from prober.targets.conformance import check_exchange
 from prober.targets.openai import OpenAIStreamDecoder
+from prober.targets.responses import ResponsesStreamDecoder
 from prober.targets.sse import SSEParser
 from tests.support.scripted_server import (
     DATA,
@@ -30,7 +31,8 @@ from tests.support.scripted_server import (
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(60)]
 LLAMA = DATA / "llama-server"
-DECODERS = {"anthropic": AnthropicStreamDecoder, "openai": OpenAIStreamDecoder}
+DECODERS = {"anthropic": AnthropicStreamDecoder, "openai": OpenAIStreamDecoder,
+            "openai-responses": ResponsesStreamDecoder}
 INCLUDE_USAGE = {"stream_options": {"include_usage": True}}
 
 
