@@ -200,7 +200,7 @@ def runs(
     Example: prober runs --limit 5 --site fra
     """
     cfg = _config(config, db)
-    store = open_store(cfg.store.url, err)
+    store = open_store(cfg.store.url, err, create=False)
     try:
         rows = store.list_runs(limit=limit, suite=suite, site=site, batch=batch)
     finally:
@@ -273,7 +273,7 @@ def report(
     cfg = _config(config, db)
     start = parse_since(since if since is not None or batch is not None else "30d")
     verdicts = ReportVerdicts(cfg.slo, cfg.drift)
-    store = open_store(cfg.store.url, err)
+    store = open_store(cfg.store.url, err, create=False)
     try:
         require_known_target(store, cfg, target)
         if batch is not None and not store.list_runs(limit=1, batch=batch):
@@ -316,7 +316,7 @@ def history(
     cfg = _config(config, db)
     wanted = parse_label_filters(labels or [])
     start = parse_since(since)
-    store = open_store(cfg.store.url, err)
+    store = open_store(cfg.store.url, err, create=False)
     try:
         rows = metric_over_time(store, metric, target=target, suite=suite, labels=wanted, since=start)
     finally:
@@ -420,7 +420,7 @@ def export(
         raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(TABLE_FORMATS)}, prometheus")
     cfg = _config(config, db)
     start = parse_since(since)
-    store = open_store(cfg.store.url, err)
+    store = open_store(cfg.store.url, err, create=False)
     try:
         if run_id is not None:
             found = store.get_run(run_id)

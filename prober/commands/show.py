@@ -29,7 +29,7 @@ def show_run(config: ProberConfig, run_id: str, out: Console, err: Console, prob
              label_filters: Sequence[str] = ()) -> None:
     """Print the run; ConfigError for an unknown run or a filter that matches none of its metrics."""
     wanted = parse_label_filters(label_filters)
-    store = open_store(config.store.url, err)
+    store = open_store(config.store.url, err, create=False)
     try:
         found = store.get_run(run_id)
         if found is None:
