@@ -69,7 +69,7 @@ def open_engine(url: str, *, sqlite_busy_timeout: float = 30.0, create: bool = T
         raise ConfigError(f"store url {redacted(parsed)!r}: an in-memory SQLite database cannot be shared "
                           f"with the writer thread; give a file, e.g. sqlite:///prober.db")
 
-    if backend == "sqlite" and not create and not Path(parsed.database).exists():
+    if backend == "sqlite" and not create and not Path(parsed.database or "").exists():
         raise ConfigError(f"no store at {redacted(parsed)}; run `prober run` first (or pass --db / set PROBER_DB)")
     if backend == "postgresql":
         require_extra("psycopg", "postgres", "PostgreSQL stores need")
