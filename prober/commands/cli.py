@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
 
-from prober.commands.store_access import require_known_target
+from prober.commands.store_access import require_known_target, require_run
 from prober.commands.terminal import FLAG_MARKER, print_metrics, text_column, value_column
 from prober.commands.terminal import fmt as _fmt
 from prober.commands.terminal import shown as _shown
@@ -200,7 +200,7 @@ def runs(
     Example: prober runs --limit 5 --site fra
     """
     cfg = _config(config, db)
-    store = open_store(cfg.store.url, err)
+    store = open_store(cfg.store.url, err, create=False)
     try:
         rows = store.list_runs(limit=limit, suite=suite, site=site, batch=batch)
     finally:
@@ -221,8 +221,10 @@ def runs(
 
 @app.command()
 def show(
-    run_id: Annotated[str, typer.Argument(help="run id or a unique prefix of one")],
+    run_id: Annotated[str, typer.Argument(help="run id, a unique prefix of one, or `latest`")],
     probe: Annotated[str | None, typer.Option("--probe", help="only this probe's metrics")] = None,
+    target: Annotated[str | None, typer.Option("--target", "-t", help="only this target's metrics; with "
+                                               "`latest`, the newest run of this target")] = None,
     label: Annotated[list[str] | None, typer.Option("--label", "-l", help="KEY=VALUE: only metrics with "
                                                      "this label; repeatable or comma-separated")] = None,
     config: ConfigOption = None,
@@ -231,11 +233,11 @@ def show(
     """Show a run: each target's status (and why it failed), what each suite entry measured
     (probe version, effective parameters), its metrics, and the state of every SLO rule.
 
-    Example: prober show 3f2a9c --probe caching --label case=repeat
+    Example: prober show 3f2a9c --probe caching --label case=repeat; prober show latest --target local
     """
     from prober.commands.show import show_run
 
-    show_run(_config(config, db), run_id, out, err, probe, label or [])
+    show_run(_config(config, db), run_id, out, err, probe, label or [], target)
 
 
 SinceOption = Annotated[str | None, typer.Option("--since", help="runs started within this period "
@@ -273,7 +275,7 @@ def report(
     cfg = _config(config, db)
     start = parse_since(since if since is not None or batch is not None else "30d")
     verdicts = ReportVerdicts(cfg.slo, cfg.drift)
-    store = open_store(cfg.store.url, err)
+    store = open_store(cfg.store.url, err, create=False)
     try:
         require_known_target(store, cfg, target)
         if batch is not None and not store.list_runs(limit=1, batch=batch):
@@ -316,7 +318,7 @@ def history(
     cfg = _config(config, db)
     wanted = parse_label_filters(labels or [])
     start = parse_since(since)
-    store = open_store(cfg.store.url, err)
+    store = open_store(cfg.store.url, err, create=False)
     try:
         rows = metric_over_time(store, metric, target=target, suite=suite, labels=wanted, since=start)
     finally:
@@ -349,7 +351,8 @@ def history(
 
 @app.command()
 def compare(
-    runs: Annotated[list[str] | None, typer.Argument(help="two run ids (or unique prefixes): A, then B")] = None,
+    runs: Annotated[list[str] | None, typer.Argument(help="two run ids (or unique prefixes, or `latest`): "
+                                                      "A, then B")] = None,
     target: Annotated[list[str] | None, typer.Option("--target", "-t", help="two targets (A, B), or one "
                                                         "target's two windows with --until")] = None,
     since: SinceOption = None,
@@ -378,7 +381,7 @@ def compare(
 
 @app.command()
 def samples(
-    run_id: Annotated[str, typer.Argument(help="run id or a unique prefix of one")],
+    run_id: Annotated[str, typer.Argument(help="run id, a unique prefix of one, or `latest`")],
     target: Annotated[str | None, typer.Option("--target", "-t", help="only this target")] = None,
     label: Annotated[list[str] | None, typer.Option("--label", "-l", help="KEY=VALUE label filter; "
                                                        "repeatable or comma-separated")] = None,
@@ -414,19 +417,15 @@ def export(
     from prober.reports.collect import parse_since
     from prober.reports.export import TABLE_FORMATS, export_tables
     from prober.reports.prometheus import describe, exposition, recent_runs
-    from prober.store.engine import redacted
 
     if fmt not in (*TABLE_FORMATS, "prometheus"):
         raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(TABLE_FORMATS)}, prometheus")
     cfg = _config(config, db)
     start = parse_since(since)
-    store = open_store(cfg.store.url, err)
+    store = open_store(cfg.store.url, err, create=False)
     try:
         if run_id is not None:
-            found = store.get_run(run_id)
-            if found is None:
-                raise ConfigError(f"no run with id {run_id!r} in {redacted(cfg.store.url)}")
-            run_id = found["id"]
+            run_id = require_run(store, run_id, target)["id"]
         if fmt == "prometheus":
             from prober.alerting.verdicts import ReportVerdicts
 

@@ -67,7 +67,7 @@ def compare_command(cfg: ProberConfig, out: Console, err: Console, shown: Callab
     for name in metrics:
         if known is not None and name not in known:
             raise ConfigError(f"--metric {name!r}: no probe produces it{did_you_mean(name, known)}")
-    store = open_store(cfg.store.url, err)
+    store = open_store(cfg.store.url, err, create=False)
     try:
         side_a, side_b = _sides(store, runs, targets, since, until, suite, sites or [])
         comparison = compare(store, side_a, side_b, what_changed,

@@ -36,7 +36,7 @@ def prune_command(config: ProberConfig, out: Console, err: Console, samples_olde
     if samples_before is None and outputs_before is None:
         out.print("nothing to prune: [retention] keeps every sample")
         return
-    store = open_store(config.store.url, err)
+    store = open_store(config.store.url, err, create=False)
     try:
         before = store.size_bytes()
         result = store.prune(samples_before=samples_before, outputs_before=outputs_before)

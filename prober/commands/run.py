@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from prober.alerting.slo_rules import RuleState, check_rules_known, rule_states,
 from prober.commands.calibrate import CalibrationFailed, calibrate
 from prober.core.config import BATCH_ENV, ProberConfig, check_place_name
 from prober.core.shards import parse_shard, shard_targets
+from prober.core.sites import site_warning
 from prober.run.runner import EXIT_OK, Runner, RunResult, prepare
 from prober.run.store_access import open_store
 from prober.store import Store
@@ -45,6 +47,9 @@ def run_and_judge(config: ProberConfig, console: Console, suite_name: str, targe
     check_rules_known(config.slo, config.source)
     suite, targets, keys = prepare(config, suite_name, target_names, overrides)
     sinks = make_sinks(config)   # an unset URL or secret variable is a usage error, before any request
+    site_note = site_warning(config, socket.gethostname())
+    if site_note:
+        console.print(f"warning: {site_note}", markup=False)   # now, and again among the run's last lines
     calibration_notes = _calibrate_first(config, console, suite)
     store = open_store(config.store.url, console)
     try:
@@ -56,7 +61,7 @@ def run_and_judge(config: ProberConfig, console: Console, suite_name: str, targe
             if result.alerts.firing and result.exit_code == EXIT_OK:
                 result.exit_code = EXIT_ALERT
             _judge_slos(config, store, suite, result, reads)
-        result.warnings += calibration_notes
+        result.warnings += calibration_notes + ([f"warning: {site_note}"] if site_note else [])
         return result
     finally:
         store.close()
@@ -112,3 +117,24 @@ def _judge_slos(config: ProberConfig, store: Store, suite: Suite, result: Judged
             result.warnings += unmatched_warnings(result.slo_states[name], result.run_id)
     if config.drift.enabled:
         result.warnings += baseline_resets(store, run, config.drift, reads)
+        result.warnings += new_site_warnings(store, run, [name for name, (status, _) in result.targets.items()
+                                                          if status == "complete"])
+
+
+def new_site_warnings(store: Store, run: dict[str, Any], targets: list[str]) -> list[str]:
+    """A line per target whose suite has no earlier complete run from this run's site while it has
+    some from other sites: its drift baseline is empty because the site is new, which is what a
+    site taken from a container's changing host name looks like."""
+    here = store.completed_runs(run["suite"], targets, run["started_at"], 1, site=run["site"])
+    lonely = [target for target in targets if not here[target]]
+    if not lonely:
+        return []
+    anywhere = store.completed_runs(run["suite"], lonely, run["started_at"], 20)
+    lines = []
+    for target in lonely:
+        others = sorted({str(r["site"]) for r in anywhere[target] if r.get("site") and r["site"] != run["site"]})
+        if others:
+            lines.append(f"warning: target {target}: no earlier {run['suite']} run from site {run['site']}, but "
+                         f"runs from site {', '.join(others)}: drift has no baseline here; if this is the same "
+                         f"prober, set PROBER_SITE to the site it ran from")
+    return lines

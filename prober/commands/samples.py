@@ -36,7 +36,7 @@ def samples_command(cfg: ProberConfig, out: Console, err: Console, shown: Callab
                     target: str | None, labels: list[str], errors_only: bool, as_json: bool) -> int:
     """Print the run's matching samples; returns how many matched."""
     wanted = parse_label_filters(labels)
-    store = open_store(cfg.store.url, err)
+    store = open_store(cfg.store.url, err, create=False)
     try:
         run = require_run(store, run_id, target)
         rows = store.samples(run["id"], target=target)

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from prober.alerting.slo_rules import rule_state_lines
+from prober.commands.store_access import require_run
 from prober.commands.terminal import print_metrics, shown
 from prober.core.config import ProberConfig
 from prober.core.errors import ConfigError
@@ -16,7 +17,6 @@ from prober.core.records import Metric
 from prober.reports.history import parse_label_filters
 from prober.reports.run_lines import provenance_lines
 from prober.run.store_access import open_store
-from prober.store.engine import redacted
 
 
 def _matches(row: dict[str, Any], probe: str | None, labels: dict[str, str]) -> bool:
@@ -26,15 +26,13 @@ def _matches(row: dict[str, Any], probe: str | None, labels: dict[str, str]) -> 
 
 
 def show_run(config: ProberConfig, run_id: str, out: Console, err: Console, probe: str | None = None,
-             label_filters: Sequence[str] = ()) -> None:
+             label_filters: Sequence[str] = (), target: str | None = None) -> None:
     """Print the run; ConfigError for an unknown run or a filter that matches none of its metrics."""
     wanted = parse_label_filters(label_filters)
-    store = open_store(config.store.url, err)
+    store = open_store(config.store.url, err, create=False)
     try:
-        found = store.get_run(run_id)
-        if found is None:
-            raise ConfigError(f"no run with id {run_id!r} in {redacted(config.store.url)}")
-        rows = store.metrics(found["id"])
+        found = require_run(store, run_id, target)
+        rows = [row for row in store.metrics(found["id"]) if target is None or row["target"] == target]
         entries = store.run_entries(found["id"])
     finally:
         store.close()

@@ -20,9 +20,18 @@ def require_known_target(store: Store, config: ProberConfig, name: str | None) -
                           f"(known: {', '.join(sorted(known)) or 'none'})")
 
 
+LATEST = "latest"
+
+
 def require_run(store: Store, run_id: str, target: str | None = None) -> dict[str, Any]:
-    """The run with this id or unique prefix; ConfigError when there is none, or when it did not
-    run `target`."""
+    """The run with this id or unique prefix, or the newest run (of `target`, where given) for
+    `latest`; ConfigError when there is none, or when it did not run `target`."""
+    if run_id == LATEST:
+        newest = store.list_runs(limit=1, target=target, counts=False)
+        if not newest:
+            of = f" of target {target}" if target is not None else ""
+            raise ConfigError(f"latest: no run{of} in {store.url}")
+        run_id = newest[0]["id"]
     found = store.get_run(run_id)
     if found is None:
         raise ConfigError(f"no run with id {run_id!r} in {store.url}")

@@ -61,7 +61,8 @@ def print_metrics(console: Console, metrics: Sequence[Any], title: str) -> None:
             return sorted((k, str(v).zfill(8)) for k, v in m.labels.items())
 
         for m in sorted(rows, key=lambda m: (label_key(m), order[m.name])):
-            labels = ", ".join(f"{k}={v}" for k, v in sorted(m.labels.items()))
+            # a None label does not apply to the cell (a penalty baseline's penalty_value): not shown
+            labels = ", ".join(f"{k}={v}" for k, v in sorted(m.labels.items()) if v is not None)
             value = fmt(m.value) + (f" {FLAG_MARKER}" if m.flags else "")
             table.add_row(shown(labels), shown(m.name), value, interval_text(m.ci_low, m.ci_high, m.flags),
                           "" if m.n is None else str(m.n), shown(m.unit or ""))

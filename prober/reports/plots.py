@@ -70,8 +70,10 @@ class MetricSeries:
 
 
 def label_text(labels: dict[str, Any] | None, skip: Iterable[str] = ()) -> str:
+    """`key=value, ...` in key order; a label whose value is None (not applicable to the cell, as a
+    penalty baseline's penalty_value) is left out rather than shown as Python's "None"."""
     skipped = set(skip) | _IGNORED_LABELS
-    return ", ".join(f"{k}={v}" for k, v in sorted((labels or {}).items()) if k not in skipped)
+    return ", ".join(f"{k}={v}" for k, v in sorted((labels or {}).items()) if k not in skipped and v is not None)
 
 
 def _number(value: Any) -> float | None:

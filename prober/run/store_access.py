@@ -8,9 +8,10 @@ from rich.console import Console
 from prober.store import Store, StoreReadOnly
 
 
-def open_store(url: str, console: Console) -> Store:
-    """`Store.open`, then every stale run marked interrupted, one line each on `console`."""
-    store = Store.open(url)
+def open_store(url: str, console: Console, *, create: bool = True) -> Store:
+    """`Store.open`, then every stale run marked interrupted, one line each on `console`. Commands
+    that only read pass `create=False`: they never make a database."""
+    store = Store.open(url, create=create)
     try:
         stale = store.mark_stale_runs_interrupted()
     except StoreReadOnly:

@@ -13,6 +13,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -41,8 +42,10 @@ def redacted(url: str | sa.URL) -> str:
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
-def open_engine(url: str, *, sqlite_busy_timeout: float = 30.0) -> sa.Engine:
-    """An engine for a store URL, checked by connecting; every problem is one ConfigError line."""
+def open_engine(url: str, *, sqlite_busy_timeout: float = 30.0, create: bool = True) -> sa.Engine:
+    """An engine for a store URL, checked by connecting; every problem is one ConfigError line.
+    `create=False` (the commands that only read) refuses to make a new SQLite file: an empty store
+    would answer with empty tables, which looks like "no runs" rather than "wrong path"."""
     if not isinstance(url, str) or not url.strip():
         raise ConfigError(f"store url is empty; expected {URL_EXAMPLES}")
     try:
@@ -66,6 +69,8 @@ def open_engine(url: str, *, sqlite_busy_timeout: float = 30.0) -> sa.Engine:
         raise ConfigError(f"store url {redacted(parsed)!r}: an in-memory SQLite database cannot be shared "
                           f"with the writer thread; give a file, e.g. sqlite:///prober.db")
 
+    if backend == "sqlite" and not create and not Path(parsed.database or "").exists():
+        raise ConfigError(f"no store at {redacted(parsed)}; run `prober run` first (or pass --db / set PROBER_DB)")
     if backend == "postgresql":
         require_extra("psycopg", "postgres", "PostgreSQL stores need")
     try:

@@ -66,9 +66,10 @@ class Store:
         self._reserve: Path | None = None
 
     @classmethod
-    def open(cls, url: str, *, sqlite_busy_timeout: float = 30.0) -> Store:
-        """Connect, create or upgrade the schema; ConfigError (one line, naming the url) if impossible."""
-        engine = open_engine(url, sqlite_busy_timeout=sqlite_busy_timeout)
+    def open(cls, url: str, *, sqlite_busy_timeout: float = 30.0, create: bool = True) -> Store:
+        """Connect, create or upgrade the schema; ConfigError (one line, naming the url) if impossible.
+        With `create=False` a SQLite file that does not exist is that error, not a new empty store."""
+        engine = open_engine(url, sqlite_busy_timeout=sqlite_busy_timeout, create=create)
         try:
             migrate(engine)
         except sa.exc.DBAPIError as exc:
