@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 PROBER := $(VENV)/bin/prober
 export PROBER_CACHE_DIR ?= $(HOME)/.cache/prober
 
-.PHONY: install lock system-deps local-endpoint demo test test-fast lint typecheck bench clean
+.PHONY: install lock system-deps local-endpoint gateway demo test test-fast lint typecheck bench clean
 
 # The versions CI tests with: requirements/ci.lock pins prober[test] for Python 3.11 on linux x86-64
 # (with hashes), so a run resolves nothing fresh; the project itself goes in on top, without deps.
@@ -36,6 +36,11 @@ lock:
 system-deps:
 	bash scripts/install-system-deps.sh
 
+# LiteLLM's proxy for the gateway test (tests/gateway/), into a venv of its own under the cache,
+# from requirements/litellm-lock.txt (hashes, nothing resolved); skipped when it is already there.
+gateway:
+	bash scripts/install-gateway.sh
+
 # Builds llama-server with portable flags (only the server target) and smoke-tests it before caching.
 local-endpoint: install
 	bash scripts/install-build-deps.sh
@@ -51,7 +56,7 @@ demo: local-endpoint
 	    status=$$?; [ $$status -le 1 ] || exit $$status
 	$(PROBER) report --config $(DEMO_CONFIG) --out prober-reports
 
-test: system-deps local-endpoint
+test: system-deps local-endpoint gateway
 	$(NO_RECOMPILE) $(PY) -m pytest -q -p no:cacheprovider
 
 # No apt, no llama-server build, no PostgreSQL: tests/conftest.py describes the tiers. Everything but

@@ -3,7 +3,8 @@
 # Prometheus Alertmanager (the tests start their own throwaway instances; the Debian services are
 # not used), promtool (from the prometheus package) to check the Prometheus export, and Chromium to
 # load the HTML report headless, tinyproxy to test requests sent through an HTTP proxy, and buildah
-# with mmdebstrap (and curl) to build the image from a local Debian base (scripts/build-image.sh).
+# with mmdebstrap (and curl) to build the image from a local Debian base (scripts/build-image.sh), and
+# strace, which records the connections the gateway test's LiteLLM proxy makes (tests/support/gateway.py).
 set -euo pipefail
 
 missing=()
@@ -15,5 +16,6 @@ command -v tinyproxy > /dev/null || missing+=(tinyproxy)
 command -v buildah > /dev/null || missing+=(buildah)
 command -v mmdebstrap > /dev/null || missing+=(mmdebstrap)
 command -v curl > /dev/null || missing+=(curl)
+command -v strace > /dev/null || missing+=(strace)
 
 exec bash "$(dirname "$0")/apt-install-missing.sh" "${missing[@]}"
