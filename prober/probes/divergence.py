@@ -145,7 +145,7 @@ def _same_request(prompt: DivergencePrompt, params: DivergenceParams, protocol: 
 def build_request(prompt: DivergencePrompt, params: DivergenceParams, protocol: str) -> ChatRequest:
     sampling: dict[str, Any] = {"temperature": params.temperature}
     if protocol == "openai":     # Anthropic's API has no seed, no penalties and no logprobs
-        # The no-op penalties too, so that no server-side default can leak in (DESIGN.md).
+        # The no-op penalties too, so that no server-side default can leak in.
         sampling.update(frequency_penalty=0.0, presence_penalty=0.0)
         if params.seed is not None:
             sampling["seed"] = params.seed
