@@ -1,4 +1,4 @@
-"""Installs that fit: `pip install prober` (no extras) runs SQLite stores, both protocols, reports
+"""Installs that fit: `pip install llm-prober` (no extras) runs SQLite stores, both protocols, reports
 and CSV export; PostgreSQL and Parquet without their extra stop with one line naming the extra;
 the CI lock file pins everything the test extra asks for.
 
@@ -79,7 +79,7 @@ def test_postgresql_without_the_extra_names_it(tmp_path, url):
     result = prober("runs", "--db", url, cwd=tmp_path, env=_without(tmp_path, "psycopg"))
     assert result.returncode == 2, result.stderr
     assert _one_error_line(result) == ("error: PostgreSQL stores need the postgres extra: "
-                                       "pip install 'prober[postgres]'")
+                                       "pip install 'llm-prober[postgres]'")
     # with the driver present the same command gets as far as connecting (nothing listens on port 1)
     installed = prober("runs", "--db", url, cwd=tmp_path)
     assert installed.returncode == 2 and "cannot open the database" in _one_error_line(installed)
@@ -91,7 +91,7 @@ def test_parquet_without_the_extra_names_it_and_writes_nothing(tmp_path):
     result = prober("export", "--format", "parquet", "--out", str(out), "--db", db, cwd=tmp_path,
                     env=_without(tmp_path, "pyarrow"))
     assert result.returncode == 2, result.stderr
-    assert _one_error_line(result) == "error: Parquet export needs the parquet extra: pip install 'prober[parquet]'"
+    assert _one_error_line(result) == "error: Parquet export needs the parquet extra: pip install 'llm-prober[parquet]'"
     assert not out.exists()
 
 
@@ -132,13 +132,13 @@ def test_the_base_install_leaves_the_extras_out():
     assert _names(project["dependencies"]).isdisjoint(EXTRA_MODULES)
     extras = project["optional-dependencies"]
     assert _names(extras["postgres"]) == {"psycopg"} and _names(extras["parquet"]) == {"pyarrow"}
-    test_extras = {extra for text in extras["test"] if Requirement(text).name == "prober"
+    test_extras = {extra for text in extras["test"] if Requirement(text).name == project["name"]
                    for extra in Requirement(text).extras}
     assert test_extras == {"postgres", "parquet"}
 
 
 def _test_requirements() -> list[Requirement]:
-    """What `pip install prober[test]` asks for directly: the base, the test extra and the extras it names."""
+    """What `pip install llm-prober[test]` asks for directly: the base, the test extra and the extras it names."""
     project = _pyproject()["project"]
     wanted, todo, seen = list(project["dependencies"]), ["test"], set()
     while todo:
@@ -146,7 +146,7 @@ def _test_requirements() -> list[Requirement]:
         seen.add(extra)
         for text in project["optional-dependencies"][extra]:
             requirement = Requirement(text)
-            if requirement.name == "prober":
+            if requirement.name == project["name"]:
                 todo.extend(requirement.extras - seen)
             else:
                 wanted.append(text)
