@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import io
 import re
-import subprocess
 import tokenize
 from collections.abc import Iterator
 from functools import cache
@@ -20,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.unit
+from tests.support.tree import ROOT, tracked_files
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.unit
 
 # Absolute paths into somebody's machine rather than into the system or a deployment: /usr/bin/time,
 # /etc/prober/prober.toml (the Kubernetes mount) and /data (the image's volume) are part of the
@@ -37,12 +36,6 @@ _OUTSIDE_CITATIONS = {
     "design notes that are not in the repository": re.compile(r"\bDESIGN\.md\b"),
     "a reference sheet that is not in the repository": re.compile(r"(?<![\w/.-])reference/[\w.-]+\.md\b"),
 }
-
-
-@cache
-def tracked_files() -> tuple[str, ...]:
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], check=True, capture_output=True).stdout
-    return tuple(name for name in listed.decode().split("\0") if name and (ROOT / name).is_file())
 
 
 def _text(name: str) -> str | None:
@@ -66,7 +59,7 @@ def outside_references(name: str, text: str) -> Iterator[str]:
 # --- which repository paths a text names -----------------------------------------------------------
 
 # Suffixes of the files the repository holds: a path-like word ending in one of these is a file's
-# name even outside the known folders (a stale `probes/latency.py` from before the package move).
+# name even outside the known folders (a probe module cited by its folder from before the package move).
 _SUFFIXES = (".py", ".md", ".toml", ".sh", ".yaml", ".yml", ".json", ".jsonl", ".lock", ".sse", ".http", ".j2")
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+")
 _PATH = re.compile(r"(?<![\w./~$<{-])(?:\.{1,2}/)*[\w.*-]+(?:/[\w.*-]*)+(?:/\.\.\.)?(?:::\w+)?")
@@ -95,7 +88,7 @@ def cited_paths(text: str) -> Iterator[str]:
         if word.endswith("/..."):          # examples/scenarios/...: the folder
             word = word[: -len("/...")]
         word = word.rstrip(".")            # the sentence's full stop
-        while word.startswith("./"):      # ./examples/x is the repository's; ./prober.toml the user's
+        while word.startswith("./"):      # ./examples/external-probe is ours; ./prober.toml the user's
             word = word[len("./"):]
         if "/" not in word or word.startswith("/") or word in _NOT_REPOSITORY_PATHS:
             continue
@@ -105,8 +98,9 @@ def cited_paths(text: str) -> Iterator[str]:
 
 def _exists(word: str, cited_from: Path) -> bool:
     """Whether the path exists relative to the repository root or to the citing file's folder (a
-    folder's README names its own files); a glob must match something, and `folder/module.name`
-    (a name in a module, as the code cites it) needs `folder/module.py` to define `name`."""
+    folder's README names its own files); a glob must match something, and a module's path with a
+    name after the dot (prober/reports/collect.anchors, as the code cites a function) needs the
+    module to define that name."""
     for base in (ROOT, cited_from.parent):
         if "*" in word:
             if next(base.glob(word), None) is not None:
@@ -190,7 +184,7 @@ def test_the_extractor_reads_python_comments_and_docstrings_only():
 
 def test_the_patterns_find_what_they_are_for():
     # Written in pieces, so that the tree test does not find them in this file.
-    text = ("read /" + "work/shared/notes.txt and ../" + "shared/reference/a.md,\n"
+    text = ("read /" + "work/shared/notes.txt and ../" + "shared/ref" + "erence/a.md,\n"
             "as DESIGN" + ".md says; see ref" + "erence/hosted-apis.md\n"
             "https://example.com/home/x and /etc/prober/prober.toml are fine\n")
     found = list(outside_references("x.md", text))

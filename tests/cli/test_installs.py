@@ -21,6 +21,7 @@ from packaging.markers import Marker
 from packaging.requirements import Requirement
 
 from tests.support.cli import prober
+from tests.support.lock import lock_pins
 
 # Each test starts prober as a child process, and some of those open sockets (the emulator, a
 # closed PostgreSQL port).
@@ -154,11 +155,7 @@ def _test_requirements() -> list[Requirement]:
 
 
 def test_the_ci_lock_pins_every_requirement_of_the_test_extra():
-    pins: dict[str, str] = {}
-    for line in (ROOT / "requirements" / "ci.lock").read_text().splitlines():
-        match = re.match(r"^([A-Za-z0-9._-]+)==([^\s;\\]+)", line)
-        if match:
-            pins[match.group(1).lower().replace("_", "-")] = match.group(2)
+    pins = lock_pins()
     linux_311 = {"python_version": "3.11", "sys_platform": "linux", "platform_machine": "x86_64"}
     for requirement in _test_requirements():
         if requirement.marker is not None and not Marker(str(requirement.marker)).evaluate(linux_311):
