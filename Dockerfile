@@ -24,11 +24,11 @@ COPY requirements/ci.lock ./requirements/
 # A venv, not the system's pip: Debian's python3 refuses `pip install` outside one (PEP 668), and
 # the same line then works on both bases. The versions are the ones CI tests (requirements/ci.lock,
 # as constraints without the hashes: pip checks hashes only when every requirement has one, and
-# the project itself has none).
+# the project itself has none). The distribution is llm-prober; its command is `prober`.
 RUN if [ -z "$PIP_CERT" ]; then unset PIP_CERT; fi \
     && python3 -m venv /opt/prober/venv \
     && sed -n 's/^\([A-Za-z0-9._-]*==[^ ]*\).*/\1/p' requirements/ci.lock > /tmp/pins.txt \
-    && pip install --constraint /tmp/pins.txt ".[postgres,parquet]" \
+    && pip install --constraint /tmp/pins.txt "llm-prober[postgres,parquet] @ file:///opt/prober" \
     && rm /tmp/pins.txt \
     && useradd --create-home --uid 10001 prober \
     && mkdir -p /data \

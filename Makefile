@@ -11,7 +11,7 @@ export PROBER_CACHE_DIR ?= $(HOME)/.cache/prober
 
 .PHONY: install lock system-deps local-endpoint gateway demo test test-fast lint typecheck bench clean
 
-# The versions CI tests with: requirements/ci.lock pins prober[test] for Python 3.11 on linux x86-64
+# The versions CI tests with: requirements/ci.lock pins llm-prober[test] for Python 3.11 on linux x86-64
 # (with hashes), so a run resolves nothing fresh; the project itself goes in on top, without deps.
 # `pip check` fails the install when pyproject.toml asks for something the lock lacks (run `make lock`).
 LOCK := requirements/ci.lock
@@ -22,6 +22,10 @@ $(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r $(LOCK)
+	# The distribution was called prober until it became llm-prober: a venv or a tree with the old
+	# metadata registers every probe twice (prober/core/probe_registry.py refuses that).
+	$(PY) -m pip uninstall --quiet --yes prober
+	rm -rf prober.egg-info
 	$(PY) -m pip install --quiet --no-deps -e .
 	$(PY) -m pip check
 	touch $@

@@ -1,4 +1,4 @@
-"""Optional backends: PostgreSQL and Parquet come with pip extras, not with `pip install prober`.
+"""Optional backends: PostgreSQL and Parquet come with pip extras, not with `pip install llm-prober`.
 
 A command that needs a missing one stops with one line naming the extra (exit 2), not with an
 ImportError from deep inside SQLAlchemy or the exporter.
@@ -18,4 +18,4 @@ def require_extra(module: str, extra: str, needed_by: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError:
-        raise ConfigError(f"{needed_by} the {extra} extra: pip install 'prober[{extra}]'") from None
+        raise ConfigError(f"{needed_by} the {extra} extra: pip install 'llm-prober[{extra}]'") from None

@@ -82,7 +82,8 @@ def get_probe(name: str) -> Probe[Any]:
     if probe is None:
         # No probe at all: prober runs from a tree whose metadata lacks the group (not installed,
         # or installed before the entry points were added).
-        available = ", ".join(probe_names()) or f"none: no {GROUP} entry points, reinstall prober (pip install -e .)"
+        available = (", ".join(probe_names())
+                     or f"none: no {GROUP} entry points, reinstall llm-prober (pip install -e .)")
         raise KeyError(f"unknown probe {name!r} (available: {available})")
     return probe
 

@@ -20,7 +20,7 @@ from typing import Any, Literal, TypedDict
 
 Protocol = Literal["anthropic", "openai", "openai-responses"]
 
-# Error types a failed Exchange can carry (DESIGN.md, "Errors and exit codes").
+# Error types a failed Exchange can carry.
 ERROR_TYPES = (
     "rate_limited",   # 429
     "overloaded",     # 529, or 503 "overloaded"
@@ -69,7 +69,7 @@ class ChatRequest:
 
 @dataclass
 class Exchange:
-    """One request and what came back (DESIGN.md, "Core records")."""
+    """One request and what came back."""
 
     protocol: Protocol
     url: str

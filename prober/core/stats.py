@@ -1,4 +1,4 @@
-"""Statistics used across probes and reports. All of it lives here (DESIGN.md).
+"""Statistics used across probes and reports. All of it lives here (docs/measurement-conventions.md).
 
 Pure functions over plain numbers; scipy only where an exact distribution is needed.
 """

@@ -23,7 +23,7 @@ _ERRORS: dict[str, tuple[int, str, str]] = {
     "server_error": (500, "api_error", "Internal server error"),
 }
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens"}
-# Penalty fields the Messages API does not have: the hosted API refuses them (reference/hosted-apis.md).
+# Penalty fields the Messages API does not have: the hosted API refuses them.
 _UNSUPPORTED_FIELDS = ("frequency_penalty", "presence_penalty", "repetition_penalty", "repeat_penalty")
 _JSON = "application/json"
 _SSE = "text/event-stream; charset=utf-8"

@@ -147,13 +147,13 @@ class MetricCollector:
                                    ci_low=ci[0], ci_high=ci[1], n=n, unit=unit, flags=flags))
 
     def share(self, name: str, successes: int, n: int, labels: dict[str, Any]) -> None:
-        """A proportion with its Wilson 95% interval (DESIGN.md: every proportion carries one)."""
+        """A proportion with its Wilson 95% interval (docs/measurement-conventions.md: every proportion carries one)."""
         value, low, high = stats.proportion(successes, n)
         self.add(name, value, labels, n, "ratio", (low, high))
 
     def percentile(self, name: str, values: Sequence[float], q: float, labels: dict[str, Any],
                    unit: str | None) -> None:
-        """A percentile with its distribution-free 95% interval (DESIGN.md: every percentile
+        """A percentile with its distribution-free 95% interval (docs/measurement-conventions.md: every percentile
         carries one); each value must be an independent unit, normally one per request."""
         self.estimate(name, stats.percentile_interval(values, q), labels, unit)
 

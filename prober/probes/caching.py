@@ -49,7 +49,7 @@ ANTHROPIC_ONLY = ("lookback", "tiers")
 
 # Documented minimum cacheable prefix per model (tokens). A key matches the model id itself or the
 # id followed by "-..." (a dated id); the longest matching key wins. Anthropic rows from the
-# Anthropic-authored prompt-caching guide (reference/hosted-apis.md); third-party pages disagree on
+# Anthropic-authored prompt-caching guide; third-party pages disagree on
 # the newest models (Opus 4.8 1,024, Opus 4.7 2,048, Fable 5 512), which is why this is measured.
 # OpenAI: automatic caching from 1,024 tokens. The emulator keeps its own copy on purpose
 # (prober/emulator/scenario.py): it stands for the server, this for what the docs promise, and a

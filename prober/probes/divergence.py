@@ -147,7 +147,7 @@ def build_request(prompt: DivergencePrompt, params: DivergenceParams, protocol: 
     # Chat completions only: neither Anthropic's API nor OpenAI's Responses API takes a seed or
     # penalties (the Responses API's logprobs come through `include`, which this probe does not read).
     if protocol == "openai":
-        # The no-op penalties too, so that no server-side default can leak in (DESIGN.md).
+        # The no-op penalties too, so that no server-side default can leak in.
         sampling.update(frequency_penalty=0.0, presence_penalty=0.0)
         if params.seed is not None:
             sampling["seed"] = params.seed

@@ -164,7 +164,7 @@ def build_request(item: LabelledItem, variant: SchemaVariant, params: SchemaOrde
                   protocol: str) -> ChatRequest:
     sampling: dict[str, Any] = {"temperature": params.temperature}
     if protocol == "openai":     # the Responses API, like Anthropic's, has no seed and no penalties
-        # The no-op penalties too, so that no server-side default can leak in (DESIGN.md).
+        # The no-op penalties too, so that no server-side default can leak in.
         sampling.update(frequency_penalty=0.0, presence_penalty=0.0)
         if params.seed is not None:
             sampling["seed"] = params.seed

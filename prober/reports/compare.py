@@ -17,7 +17,7 @@ statistics module (prober/core/stats.py), chosen by what a metric row is:
   its variance floor for positive non-shares).
 
 A timing (ms, tokens/s) of a level where the client's own event loop lagged (`client_saturated`,
-DESIGN.md "Client honesty") is flagged on that side: shown, never tested.
+docs/measurement-conventions.md) is flagged on that side: shown, never tested.
 
 Many metrics are tested at once, so a difference is called significant when its Benjamini-Hochberg
 adjusted p (q) is at most 0.05 (across the table, at most 5% of the differences called significant
@@ -146,7 +146,7 @@ def _entry_key(row: Mapping[str, Any]) -> str:
     return entry.split(".", 1)[1] if entry and "." in entry else (entry or str(row["probe"]))
 
 
-# Units of a timing the client's own saturation inflates (DESIGN.md, "Client honesty").
+# Units of a timing the client's own saturation inflates (docs/measurement-conventions.md).
 TIMED_UNITS = frozenset({"ms", "tokens/s"})
 CLIENT_SATURATED = "client_saturated"
 

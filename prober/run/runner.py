@@ -5,7 +5,7 @@ the ceiling, budget exhausted) is recorded as failed with its reason, and every 
 still summarized. The runner returns its results and knows nothing of alerts: the command layer
 (prober/commands/run.py) judges the targets that completed (SLO rules, drift) and delivers.
 
-Exit codes (DESIGN.md): 0 the run completed; 3 some target could not complete, or the run was
+Exit codes (docs/operations.md): 0 the run completed; 3 some target could not complete, or the run was
 interrupted. Configuration errors (2) are raised before anything is sent; 1 (an SLO broke or drift
 was detected) is the command layer's.
 """

@@ -1,4 +1,4 @@
-"""The store: the only code that speaks SQL (DESIGN.md). SQLite by default, PostgreSQL by URL.
+"""The store: the only code that speaks SQL (docs/architecture.md). SQLite by default, PostgreSQL by URL.
 
     store = Store.open("sqlite:///prober.db")      # creates or upgrades the schema
     writer = store.sample_writer()                   # background, batched, durable within 1 s

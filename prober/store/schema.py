@@ -107,7 +107,7 @@ metrics = sa.Table(
 
 TARGET_STATUSES = ("running", "complete", "failed", "interrupted")
 
-# How each target of a run ended: a target that could not complete fails alone (DESIGN.md).
+# How each target of a run ended: a target that could not complete fails alone.
 run_targets = sa.Table(
     "run_targets", metadata,
     sa.Column("run_id", sa.Text, sa.ForeignKey("runs.id"), primary_key=True),

@@ -1,7 +1,7 @@
 """A minimal HTTP/1.1 client on plain asyncio, for the adapters' hot path.
 
 Why not httpx or aiohttp: at a few hundred concurrent streams on 2 cores the client's own CPU cost
-per request decides the measured TTFT (reference/measured-here.md); a protocol object that parses
+per request decides the measured TTFT; a protocol object that parses
 straight out of one receive buffer stays within milliseconds where httpx adds seconds.
 
 What it does, and no more: one origin per `HTTPTransport`; requests written in one piece;

@@ -86,8 +86,8 @@ def test_compare_finds_a_known_ttft_difference_and_no_difference_between_runs_of
     found = json.loads(done.stdout)
     ttft = {c["labels"]["concurrency"]: c for c in found["compared"] if c["name"] == "ttft_p50_ms"}
     assert set(ttft) == set(PARAMS["levels"])
-    # A level where the client's own event loop lagged is shown and not tested (DESIGN.md, client
-    # honesty); the others must find the difference.
+    # A level where the client's own event loop lagged is shown and not tested (docs/measurement-conventions.md,
+    # client honesty); the others must find the difference.
     tested = {level: c for level, c in ttft.items() if c["note"] != "client saturated"}
     assert tested, "the client was saturated at every level: nothing to judge"
     for level, c in tested.items():

@@ -1,4 +1,4 @@
-"""Installs that fit: `pip install prober` (no extras) runs SQLite stores, both protocols, reports
+"""Installs that fit: `pip install llm-prober` (no extras) runs SQLite stores, both protocols, reports
 and CSV export; PostgreSQL and Parquet without their extra stop with one line naming the extra;
 the CI lock file pins everything the test extra asks for.
 
@@ -21,6 +21,7 @@ from packaging.markers import Marker
 from packaging.requirements import Requirement
 
 from tests.support.cli import prober
+from tests.support.lock import lock_pins
 
 # Each test starts prober as a child process, and some of those open sockets (the emulator, a
 # closed PostgreSQL port).
@@ -79,7 +80,7 @@ def test_postgresql_without_the_extra_names_it(tmp_path, url):
     result = prober("runs", "--db", url, cwd=tmp_path, env=_without(tmp_path, "psycopg"))
     assert result.returncode == 2, result.stderr
     assert _one_error_line(result) == ("error: PostgreSQL stores need the postgres extra: "
-                                       "pip install 'prober[postgres]'")
+                                       "pip install 'llm-prober[postgres]'")
     # with the driver present the same command gets as far as connecting (nothing listens on port 1)
     installed = prober("runs", "--db", url, cwd=tmp_path)
     assert installed.returncode == 2 and "cannot open the database" in _one_error_line(installed)
@@ -91,7 +92,7 @@ def test_parquet_without_the_extra_names_it_and_writes_nothing(tmp_path):
     result = prober("export", "--format", "parquet", "--out", str(out), "--db", db, cwd=tmp_path,
                     env=_without(tmp_path, "pyarrow"))
     assert result.returncode == 2, result.stderr
-    assert _one_error_line(result) == "error: Parquet export needs the parquet extra: pip install 'prober[parquet]'"
+    assert _one_error_line(result) == "error: Parquet export needs the parquet extra: pip install 'llm-prober[parquet]'"
     assert not out.exists()
 
 
@@ -132,13 +133,13 @@ def test_the_base_install_leaves_the_extras_out():
     assert _names(project["dependencies"]).isdisjoint(EXTRA_MODULES)
     extras = project["optional-dependencies"]
     assert _names(extras["postgres"]) == {"psycopg"} and _names(extras["parquet"]) == {"pyarrow"}
-    test_extras = {extra for text in extras["test"] if Requirement(text).name == "prober"
+    test_extras = {extra for text in extras["test"] if Requirement(text).name == project["name"]
                    for extra in Requirement(text).extras}
     assert test_extras == {"postgres", "parquet"}
 
 
 def _test_requirements() -> list[Requirement]:
-    """What `pip install prober[test]` asks for directly: the base, the test extra and the extras it names."""
+    """What `pip install llm-prober[test]` asks for directly: the base, the test extra and the extras it names."""
     project = _pyproject()["project"]
     wanted, todo, seen = list(project["dependencies"]), ["test"], set()
     while todo:
@@ -146,7 +147,7 @@ def _test_requirements() -> list[Requirement]:
         seen.add(extra)
         for text in project["optional-dependencies"][extra]:
             requirement = Requirement(text)
-            if requirement.name == "prober":
+            if requirement.name == project["name"]:
                 todo.extend(requirement.extras - seen)
             else:
                 wanted.append(text)
@@ -154,11 +155,7 @@ def _test_requirements() -> list[Requirement]:
 
 
 def test_the_ci_lock_pins_every_requirement_of_the_test_extra():
-    pins: dict[str, str] = {}
-    for line in (ROOT / "requirements" / "ci.lock").read_text().splitlines():
-        match = re.match(r"^([A-Za-z0-9._-]+)==([^\s;\\]+)", line)
-        if match:
-            pins[match.group(1).lower().replace("_", "-")] = match.group(2)
+    pins = lock_pins()
     linux_311 = {"python_version": "3.11", "sys_platform": "linux", "platform_machine": "x86_64"}
     for requirement in _test_requirements():
         if requirement.marker is not None and not Marker(str(requirement.marker)).evaluate(linux_311):

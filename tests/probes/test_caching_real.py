@@ -1,11 +1,11 @@
 """The caching suite against a real llama-server, through /v1/messages (protocol anthropic) and
 /v1/chat/completions (protocol openai).
 
-llama-server caches every prompt's longest common prefix per slot (reference/selfhosted-servers.md
-1.7): repeat and volatile have pass/fail expectations; lookback and fan-out are findings (no
-20-block limit is expected, and with its 4 default slots fan-out hits depend on slot placement),
-so the tests only check that they ran and stored their measurements. Prefixes are kept short: the
-135M model prefills about 400 tokens a second on 2 cores.
+llama-server caches every prompt's longest common prefix per slot: repeat and volatile have
+pass/fail expectations; lookback and fan-out are findings (no 20-block limit is expected, and with
+its 4 default slots fan-out hits depend on slot placement), so the tests only check that they ran
+and stored their measurements. Prefixes are kept short: the 135M model prefills about 400 tokens
+a second on 2 cores.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 With its default 4 slots sharing one unified KV cache, llama-server's output at temperature 0
 depends on what else is in the batch, so identical requests part at concurrency 4 and not at 1.
-Started with `-np 8` (one KV region per slot) it stays deterministic at 1 and at 8 in flight
-(reference/measured-here.md). Both runs go through the real CLI, `prober run --suite divergence
---target local`, with a config whose `local` target points at the fixture's server.
+Started with `-np 8` (one KV region per slot) it stays deterministic at 1 and at 8 in flight.
+Both runs go through the real CLI, `prober run --suite divergence --target local`, with a config
+whose `local` target points at the fixture's server.
 """
 
 import json

@@ -88,10 +88,11 @@ def _probe_classes_in(path: Path) -> list[str]:
 
 
 def test_every_builtin_probe_is_registered_in_pyproject_and_installed_metadata():
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][GROUP]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = project["entry-points"][GROUP]
     in_modules = sorted(name for path in (ROOT / "prober" / "probes").glob("*.py") for name in _probe_classes_in(path))
     assert in_modules == sorted(declared), "a probe class in prober/probes/ without its pyproject entry point, or back"
-    installed = {ep.name: ep.value for ep in distribution("prober").entry_points if ep.group == GROUP}
+    installed = {ep.name: ep.value for ep in distribution(project["name"]).entry_points if ep.group == GROUP}
     assert installed == declared, "stale metadata: re-run pip install -e '.[test]'"
     assert set(declared) <= set(probe_names())
     for name in declared:
@@ -216,7 +217,7 @@ def test_two_distributions_claiming_one_probe_name_is_one_line_naming_both(tmp_p
     assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
     assert "probe 'latency' is registered twice" in run.stderr
     assert "latency-impostor 1.0 (latency_impostor:Plugin)" in run.stderr
-    assert "prober 0.1.0 (prober.probes.latency:LatencyProbe)" in run.stderr
+    assert "llm-prober 0.1.0 (prober.probes.latency:LatencyProbe)" in run.stderr
 
 
 def test_the_example_probe_judges_tool_calls_by_its_schema(monkeypatch):

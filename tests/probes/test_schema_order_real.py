@@ -4,7 +4,7 @@ decoding), through the real CLI: `prober run --suite schema_order --target local
 Every item is asked under each variant and stored; McNemar is recomputed here from the stored pairs
 alone and must equal the reported metric; key-order conformance is measured. A third variant
 declares an optional field before the required label: llama.cpp's grammar emits required keys
-first whatever the declared order (reference/selfhosted-servers.md), so wherever that output has
+first whatever the declared order, so wherever that output has
 both keys the label comes first and the declared order is broken.
 """
 

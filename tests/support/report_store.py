@@ -126,7 +126,7 @@ def build_report_store(tmp: Path) -> tuple[ProberConfig, Store]:
 
 
 def write_cli_config(tmp: Path, config: ProberConfig) -> Path:
-    """tmp/prober.toml for the CLI: the store and the SLO rules of `config`."""
+    """The CLI's prober.toml in tmp: the store and the SLO rules of `config`."""
     lines = [f"[store]\nurl = {json.dumps(config.store.url)}\n"]
     for rule in config.slo:
         lines.append("[[slo]]")

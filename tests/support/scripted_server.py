@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 
+from tests.support.emulator import wire_samples_dir
+
 pytestmark = pytest.mark.emulator
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-WIRE_SAMPLES = Path("/work/shared/reference/wire-samples")
+WIRE_SAMPLES = wire_samples_dir()
 
 
 @dataclass

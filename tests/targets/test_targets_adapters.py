@@ -352,7 +352,7 @@ def test_openai_rejected_parameter_named_in_message():
 
 
 def test_openai_switches_to_max_completion_tokens_when_max_tokens_is_refused():
-    # The hosted API's refusal for newer models (reference/hosted-apis.md); older servers know only max_tokens.
+    # The hosted API's refusal for newer models; older servers know only max_tokens.
     async def handler(request, writer, server):
         if "max_tokens" in request.json():
             writer.write(json_response(400, {"error": {
