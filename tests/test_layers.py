@@ -229,7 +229,8 @@ def _unlisted(files: list[str], sections: dict[str, list[str]]) -> list[str]:
         rest = path[len(folder):] if folder else path
         if folder != "prober/" and rest == "__init__.py":
             continue                      # "every package folder also has its __init__.py"
-        if folder is None or not any(fnmatch(rest, name) for name in sections[folder]):
+        # a name is relative to its folder, or a whole repository path (as the cited-path test wants)
+        if folder is None or not any(fnmatch(rest, name) or fnmatch(path, name) for name in sections[folder]):
             missing.append(path)
     return missing
 
