@@ -27,7 +27,7 @@ from prober.core.records import (
     utcnow,
 )
 from prober.targets.base import TargetAdapter
-from prober.targets.errors import classify_error
+from prober.targets.errors import classify_error, is_error_body
 from prober.targets.sse import SSEParser
 from prober.targets.transport import (
     HTTPTransport,
@@ -366,7 +366,7 @@ class HTTPAdapter(TargetAdapter):
             return
         if not isinstance(body, dict):
             ex.error_type, ex.error_message = "protocol", f"response body is not a JSON object: {raw[:200]!r}"
-        elif body.get("type") == "error" or ("error" in body and body["error"] is not None):
+        elif is_error_body(body):
             ex.error_type, ex.error_message = classify_error(200, body)
         else:
             self.parse_body(ex, body)

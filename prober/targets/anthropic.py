@@ -68,7 +68,9 @@ class AnthropicStreamDecoder(StreamDecoder):
         obj = self._decode(event, data, ns)
         if obj is None:
             return
-        kind = obj.get("type") or event
+        # An SSE event named `error` is an error whatever its data says: llama-server's carries
+        # {"code":503,"message":...,"type":"unavailable_error"}, others only {"error": {...}}.
+        kind = "error" if event == "error" else obj.get("type") or event
         ex = self.ex
         if kind == "content_block_delta":
             delta = obj.get("delta")
