@@ -133,10 +133,14 @@ class StreamDecoder:
             return None
         return obj
 
-    def _content(self, ns: int, chars: int) -> None:
+    def _content(self, ns: int, chars: int, answer: bool = True) -> None:
+        """A content-bearing chunk; `answer` False for the reasoning channel (thinking, reasoning
+        content), which opens TTFT but not the answer's TTFT (docs/measurements-definitions.md)."""
         ex = self.ex
         if ex.first_token_ns is None:
             ex.first_token_ns = ns
+        if answer and ex.first_answer_ns is None:
+            ex.first_answer_ns = ns
         ex.chunk_ns.append(ns)
         ex.chunk_chars.append(chars)
 
