@@ -133,3 +133,10 @@ def test_every_finding_line_the_checkers_write_has_a_code():
 def test_structured_output_counts_count_answers_not_lines():
     findings = [["structured_output_ignored: x"], None, ["schema_violation: a", "schema_violation: b"], []]
     assert structured_output_counts(findings) == [("structured_output_ignored_rate", 1), ("schema_violation_rate", 1)]
+
+
+def test_the_operations_guide_lists_every_finding_code():
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    assert [code for code in FINDING_CODES if f"| `{code}` |" not in guide] == []
