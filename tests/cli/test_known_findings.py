@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 import textwrap
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from prober.core.findings import finding_code
 from prober.store import Store
 from tests.support.cli import prober
+from tests.support.threaded_http import ThreadedHTTP
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(600)]
 
@@ -39,44 +39,26 @@ def _events(text: str) -> bytes:
     return "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode()
 
 
-class QuirkyServer:
-    def __init__(self) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+class QuirkyHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
 
-            def log_message(self, *args: Any) -> None:
-                pass
+    def log_message(self, *args: Any) -> None:
+        pass
 
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length") or 0))
-                payload = _events("The review sounds positive to me, four stars.")
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> QuirkyServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        payload = _events("The review sounds positive to me, four stars.")
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
 
 
 KNOWN = ["anthropic_event_shape", "structured_output_ignored", "anthropic_no_message_stop"]
 
 
-def _run(tmp_path, server: QuirkyServer, known: list[str]):
+def _run(tmp_path, server: ThreadedHTTP, known: list[str]):
     (tmp_path / "prober.toml").write_text(textwrap.dedent(f"""
         [store]
         url = "sqlite:///{tmp_path}/p.db"
@@ -114,7 +96,7 @@ def _codes(rows, key):
 
 
 def test_known_findings_become_notices_and_a_new_one_still_counts(tmp_path):
-    with QuirkyServer() as server:
+    with ThreadedHTTP(QuirkyHandler) as server:
         known_dir, new_dir = tmp_path / "known", tmp_path / "new"
         known_dir.mkdir()
         new_dir.mkdir()

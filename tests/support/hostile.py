@@ -19,8 +19,10 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support.threaded_http import ThreadedHTTP
 
 # OSC "set the window title" ended by BEL, then CSI "clear the screen".
 HOSTILE_CONTROLS = "\x1b]0;pwned\x07\x1b[2J"
@@ -153,18 +155,15 @@ class HostileServer:
                     server.sent.append(payload.decode() + echo)
                 self.wfile.write(payload)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._http = ThreadedHTTP(Handler)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self._http.url
 
     def __enter__(self) -> HostileServer:
-        self._thread.start()
+        self._http.__enter__()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.__exit__(*exc_info)
