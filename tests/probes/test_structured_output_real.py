@@ -31,7 +31,9 @@ def test_llama_servers_messages_route_ignores_output_config_and_prober_says_so(t
     value, n = _rate(metric_rows, "structured_output_ignored_rate")
     print(f"{protocol}: structured_output_ignored on {len(flagged)} of {len(measured)}; rate {value} (n={n})")
     assert n == len(measured)
+    assert value == pytest.approx(len(flagged) / len(measured))
     if ignored:
-        assert flagged == measured and value == 1.0
+        # Prose on /v1/messages (the model may still happen to open with JSON now and then).
+        assert flagged and all(not r["output_text"].lstrip().startswith("{") for r in flagged)
     else:
         assert flagged == [] and value == 0.0
