@@ -22,7 +22,8 @@ from prober.alerting.baseline import BaselineReads
 from prober.alerting.drift import baseline_resets
 from prober.alerting.slo_rules import RuleState, check_rules_known, rule_states, unmatched_warnings
 from prober.commands.calibrate import CalibrationFailed, calibrate
-from prober.core.config import BATCH_ENV, ProberConfig, check_place_name
+from prober.core.config import BATCH_ENV, ProberConfig, TargetConfig, check_place_name
+from prober.core.findings import applies, known_codes_seen, register_known
 from prober.core.shards import parse_shard, shard_targets
 from prober.core.sites import site_warning
 from prober.run.runner import EXIT_OK, Runner, RunResult, prepare
@@ -52,9 +53,12 @@ def run_and_judge(config: ProberConfig, console: Console, suite_name: str, targe
         console.print(f"warning: {site_note}", markup=False)   # now, and again among the run's last lines
     calibration_notes = _calibrate_first(config, console, suite)
     store = open_store(config.store.url, console)
+    # The sample writer sets each target's known findings aside as notices (prober/core/findings.py).
+    register_known({target.name: target.known for target in targets})
     try:
         ran = Runner(config, console, batch=batch).execute(store, suite, targets, keys)
         result = JudgedRun(**{f.name: getattr(ran, f.name) for f in dataclasses.fields(RunResult)})
+        result.warnings += known_not_seen(store, result, targets)
         if result.status != "interrupted" and any(s == "complete" for s, _ in result.targets.values()):
             reads = BaselineReads()      # the drift tests' baseline reads, not read again for the resets
             result.alerts = evaluate_run(store, config, result.run_id, sinks, reads)
@@ -65,6 +69,22 @@ def run_and_judge(config: ProberConfig, console: Console, suite_name: str, targe
         return result
     finally:
         store.close()
+
+
+def known_not_seen(store: Store, result: RunResult, targets: list[TargetConfig]) -> list[str]:
+    """A line for each known finding that no sample of a completed target showed in this run: the
+    server may have changed, and a stale entry would hide its return."""
+    lines = []
+    for target in targets:
+        codes = [code for code in target.known if applies(code, target.protocol)]
+        if not codes or result.targets.get(target.name, ("",))[0] != "complete":
+            continue
+        seen: set[str] = set()
+        for row in store.samples(result.run_id, target=target.name):
+            seen |= known_codes_seen((row.get("extra") or {}).get("notices") or [])
+        lines += [f"known finding {code} not seen on target {target.name}: remove it from known if the "
+                  f"server changed" for code in codes if code not in seen]
+    return lines
 
 
 def shard_selection(config: ProberConfig, target_names: list[str] | None, shard: str | None) -> list[str] | None:

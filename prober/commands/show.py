@@ -13,6 +13,7 @@ from prober.commands.store_access import require_run
 from prober.commands.terminal import print_metrics, shown
 from prober.core.config import ProberConfig
 from prober.core.errors import ConfigError
+from prober.core.findings import FINDING_CODES
 from prober.core.records import Metric
 from prober.reports.history import parse_label_filters
 from prober.reports.run_lines import provenance_lines
@@ -49,3 +50,17 @@ def show_run(config: ProberConfig, run_id: str, out: Console, err: Console, prob
     print_metrics(out, metrics, title=f"run {found['id']}: {found['suite']} ({found['status']}){shown_count}")
     for line in rule_state_lines(found, entries, rows, config.slo):   # every rule, filtered or not
         out.print(shown(line), soft_wrap=True)
+    for line in known_lines(config, found.get("targets") or []):
+        out.print(shown(line), soft_wrap=True)
+
+
+def known_lines(config: ProberConfig, target_names: Sequence[str]) -> list[str]:
+    """The known findings of each of the run's targets (as configured now): what it records as
+    notices instead of findings."""
+    lines = []
+    for name in target_names:
+        target = config.targets.get(name)
+        if target is not None and target.known:
+            described = "; ".join(f"{code} ({FINDING_CODES[code]})" for code in target.known)
+            lines.append(f"known findings on target {name}, kept as notices: {described}")
+    return lines

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from prober.core.durations import DURATION_EXAMPLES, parse_duration
 from prober.core.errors import ConfigError
+from prober.core.findings import FINDING_CODES, unknown_codes
 from prober.core.records import default_site
 from prober.core.redact import is_credential_header
 from prober.core.tomlfile import read_toml, validation_error
@@ -69,6 +70,17 @@ class TargetConfig(_Strict):
     emulator: EmulatorTarget | None = None
     # Hosted APIs want these; compatible servers ignore them.
     anthropic_version: str = "2023-06-01"
+    known: list[str] = Field(default_factory=list, description="finding codes this server is known to "
+                             "produce: notices for this target, never counted or paged (docs/operations.md)")
+
+    @field_validator("known")
+    @classmethod
+    def _known_codes(cls, known: list[str]) -> list[str]:
+        unknown = unknown_codes(known)
+        if unknown:
+            raise ValueError(f"unknown finding code(s) {', '.join(map(repr, unknown))}: the codes are "
+                             f"{', '.join(FINDING_CODES)}")
+        return known
 
     @field_validator("headers")
     @classmethod
@@ -327,6 +339,14 @@ def model_hash(model: BaseModel) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+# llama-server's documented behaviour: it answers errors on /v1/messages in OpenAI's shape (a
+# `code`/`message`/`type` object, not Anthropic's ErrorResponse), there and in its stream error
+# events. (It also drops `output_config` on /v1/messages; that finding, structured_output_ignored,
+# is not listed: on /v1/chat/completions the same server honours response_format, and a change
+# there must still show.) Codes of the other protocol never apply (prober.core.findings.applies).
+LOCAL_KNOWN = ["anthropic_error_body_shape"]
+
+
 def default_config() -> ProberConfig:
     """What applies with no config file: the local llama-server and the in-process emulator,
     once per protocol (penalties exist only on the OpenAI protocol, so the penalty suite needs
@@ -334,7 +354,7 @@ def default_config() -> ProberConfig:
     return ProberConfig.model_validate({
         "targets": {
             "local": {"protocol": "openai", "base_url": f"http://127.0.0.1:{LOCAL_PORT}",
-                      "model": "SmolLM2-135M-Instruct", "max_concurrency": 64},
+                      "model": "SmolLM2-135M-Instruct", "max_concurrency": 64, "known": LOCAL_KNOWN},
             "emulator": {"protocol": "anthropic", "model": "emulator-1", "emulator": {}},
             "emulator-openai": {"protocol": "openai", "model": "emulator-1", "emulator": {}},
             # The same servers through the OpenAI Responses API (POST /v1/responses).

@@ -127,6 +127,10 @@ class Exchange:
         return self._offset(self.first_token_ns)
 
     @property
+    def ttft_answer_ms(self) -> float | None:
+        return self._offset(self.first_answer_ns)
+
+    @property
     def e2e_ms(self) -> float | None:
         return self._offset(self.end_ns)
 
@@ -135,6 +139,7 @@ class Exchange:
             "headers_ms": self._offset(self.headers_ns),
             "first_byte_ms": self._offset(self.first_byte_ns),
             "ttft_ms": self.ttft_ms,
+            "ttft_answer_ms": self.ttft_answer_ms,
             "end_ms": self.e2e_ms,
             "chunk_offsets_ms": [round((ns - self.start_ns) / 1e6, 3) for ns in self.chunk_ns],
         }
@@ -286,6 +291,7 @@ class SampleRow(TypedDict, total=False):
     headers_ms: float | None
     first_byte_ms: float | None
     ttft_ms: float | None
+    ttft_answer_ms: float | None
     end_ms: float | None
     chunk_offsets_ms: list[float] | None
     chunk_chars: list[int] | None

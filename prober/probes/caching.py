@@ -196,11 +196,37 @@ class CacheReads:
         return read
 
 
+# usage.cache_creation's per-TTL write counts (Anthropic), by the TTL each prices.
+_TTL_WRITE_FIELDS = {"5m": "ephemeral_5m_input_tokens", "1h": "ephemeral_1h_input_tokens"}
+
+
+def ttl_write_cost(row: SampleRow, write: int, write_multiplier: float,
+                   ttl_rates: dict[str, float] | None) -> float:
+    """The price of `write` cache-write tokens in input-token units. Where usage.cache_creation
+    splits them by TTL, each part at its TTL's rate (5-minute and 1-hour writes are billed
+    differently, and one request can make both); whatever the split does not account for, and
+    every write where there is no split, at the configured TTL's `write_multiplier`."""
+    split = (row.get("usage") or {}).get("cache_creation")
+    if not ttl_rates or not isinstance(split, dict):
+        return write * write_multiplier
+    cost = 0.0
+    rest = write
+    for ttl, key in _TTL_WRITE_FIELDS.items():
+        tokens = _int(split.get(key))
+        if tokens and ttl in ttl_rates:
+            tokens = min(tokens, rest)
+            cost += tokens * ttl_rates[ttl]
+            rest -= tokens
+    return cost + rest * write_multiplier
+
+
 def cost_multiplier(rows: Sequence[SampleRow], reads: CacheReads, write_multiplier: float,
-                    read_multiplier: float) -> tuple[float | None, str]:
+                    read_multiplier: float, ttl_rates: dict[str, float] | None = None
+                    ) -> tuple[float | None, str]:
     """Prompt cost of one sequence (rows in send order) with caching over its cost without:
-    uncached tokens at 1x, writes at `write_multiplier`, reads at `read_multiplier`. Output tokens
-    cost the same either way and are left out.
+    uncached tokens at 1x, writes at `write_multiplier` (or at their own TTL's rate in `ttl_rates`
+    where usage splits them: ttl_write_cost), reads at `read_multiplier`. Output tokens cost the
+    same either way and are left out.
 
     Absent write field (llama-server's /v1/messages has no cache_creation_input_tokens): unknown,
     not zero. Anthropic protocol: assume hosted-API billing, where a request writes what a later
@@ -220,7 +246,10 @@ def cost_multiplier(rows: Sequence[SampleRow], reads: CacheReads, write_multipli
             assumed = True
             later = max((r for _, _, r in known[i + 1:]), default=0)
             write = max(0, min(total, later) - read) if row.get("protocol") == "anthropic" else 0
-        cost += (total - read - write) + write * write_multiplier + read * read_multiplier
+            write_cost = write * write_multiplier
+        else:
+            write_cost = ttl_write_cost(row, write, write_multiplier, ttl_rates)
+        cost += (total - read - write) + write_cost + read * read_multiplier
         baseline += total
     if baseline <= 0:
         return None, "assumed" if assumed else "reported"
@@ -291,6 +320,7 @@ class _Session:
             max(1024, round(1.5 * self.documented)) if self.documented else FALLBACK_PREFIX_TOKENS)
         pricing = ctx.target.pricing or Pricing()
         self.write_multiplier = pricing.cache_write_1h if params.ttl == "1h" else pricing.cache_write_5m
+        self.ttl_rates = {"5m": pricing.cache_write_5m, "1h": pricing.cache_write_1h}
         self.read_multiplier = pricing.cache_read
 
     def _sequence(self, seq: str, index: int, **volatile: Any) -> ChatRequest:
@@ -301,7 +331,8 @@ class _Session:
     async def repeat(self) -> None:
         seq = nonce()
         labels = {"sequence": seq, "prefix_tokens": self.prefix_tokens, "ttl": self.p.ttl,
-                  "write_multiplier": self.write_multiplier, "read_multiplier": self.read_multiplier}
+                  "write_multiplier": self.write_multiplier, "read_multiplier": self.read_multiplier,
+                  "write_multiplier_5m": self.ttl_rates["5m"], "write_multiplier_1h": self.ttl_rates["1h"]}
         for i in range(self.p.requests):
             await self.ctx.send(self._sequence(seq, i), case="repeat", labels={**labels, "index": i})
 
@@ -444,6 +475,14 @@ def _as_row(exchange: Exchange) -> SampleRow:
 
 # --- summary ---------------------------------------------------------------------------------------
 
+def _ttl_rates(labels: dict[str, Any]) -> dict[str, float] | None:
+    """The per-TTL write rates a sequence was priced with (absent on samples stored before they
+    were labelled: those price every write at the configured TTL, as then)."""
+    rates = {ttl: labels[f"write_multiplier_{ttl}"] for ttl in _TTL_WRITE_FIELDS
+             if isinstance(labels.get(f"write_multiplier_{ttl}"), (int, float))}
+    return rates or None
+
+
 class _Summary:
     def __init__(self, rows: list[SampleRow], params: CachingParams, *, run_id: str, target: str,
                  probe: str) -> None:
@@ -509,7 +548,7 @@ class _Summary:
             seq_rows.sort(key=lambda r: r["labels"]["index"])
             first_labels = seq_rows[0]["labels"]
             value, writes = cost_multiplier(seq_rows, self.reads, first_labels["write_multiplier"],
-                                            first_labels["read_multiplier"])
+                                            first_labels["read_multiplier"], _ttl_rates(first_labels))
             self.add("cost_multiplier", value, {**labels, "ttl": first_labels["ttl"], "writes": writes},
                      n=len(seq_rows), unit="ratio")
 

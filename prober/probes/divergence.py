@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from prober.core import stats
 from prober.core.declarations import Chart, MetricFamily, NotableSample
+from prober.core.findings import STRUCTURED_OUTPUT_RATES, structured_output_counts
 from prober.core.records import ChatRequest, Metric, SampleRow
 from prober.probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext, ProbeParams
 from prober.probes.prompts import filler_words, nonce
@@ -205,7 +206,7 @@ class DivergenceProbe(Probe[DivergenceParams]):
         "first_divergence_token_min", "first_divergence_token_median", "json_valid_rate",
         "semantic_divergence_rate", "field_agreement", "divergence_trend_p_value", "divergence_trend_z",
         "divergence_exact_p_value", "system_fingerprint_requests", "rejected_param_requests",
-        "reference_modal_share"})
+        "reference_modal_share", *STRUCTURED_OUTPUT_RATES})
     label_params: ClassVar[dict[str, str]] = {"levels": "concurrency"}
     Params = DivergenceParams
     # modal_share and divergence_rate_vs_modal mirror divergence_rate, which pages for them: their
@@ -214,6 +215,8 @@ class DivergenceProbe(Probe[DivergenceParams]):
         ERROR_RATE,
         MetricFamily("divergence_rate", "share", bad_direction=1),
         MetricFamily("json_valid_rate", "share", bad_direction=-1),
+        # The answer ignored the requested structure, or broke its schema (prober/targets/structured.py).
+        *(MetricFamily(name, "share", bad_direction=1) for name in STRUCTURED_OUTPUT_RATES),
     )
     pooled_labels = frozenset({"prompt"})
 
@@ -287,6 +290,8 @@ class DivergenceProbe(Probe[DivergenceParams]):
                 if spec is not None and spec.json_schema is not None:
                     for name, hits, extra_labels in json_agreement(ok, _modal_json(references)):
                         add_share(name, hits, len(ok), {**labels, **extra_labels})
+                    for name, hits in structured_output_counts([r.get("findings") for r in ok]):
+                        add_share(name, hits, len(ok), labels)
 
             if len(diverged_by_level) >= 2:
                 ordered = sorted(diverged_by_level)

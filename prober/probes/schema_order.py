@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, 
 
 from prober.core import stats
 from prober.core.declarations import Chart, MetricFamily, NotableSample
+from prober.core.findings import STRUCTURED_OUTPUT_RATES, structured_output_counts
 from prober.core.records import ChatRequest, Exchange, Metric, SampleRow
 from prober.probes.base import ERROR_RATE, MetricCollector, Probe, ProbeContext, ProbeParams
 from prober.suites.datasets import SHIPPED_SCHEMA_ORDER, LabelledItem, load_labelled_jsonl
@@ -260,7 +261,8 @@ class SchemaOrderProbe(Probe[SchemaOrderParams]):
     metric_names = frozenset({
         "accuracy", "json_valid_rate", "key_order_conformance", "error_rate", "discordant_a_only",
         "discordant_b_only", "mcnemar_p", "mcnemar_mid_p", "paired_difference", "items_for_80_power",
-        "items_evaluated", "requests_saved", "sequential_stopped_early", "sequential_looks_used"})
+        "items_evaluated", "requests_saved", "sequential_stopped_early", "sequential_looks_used",
+        *STRUCTURED_OUTPUT_RATES})
     Params = SchemaOrderParams
     # A paired difference may move either way as a matter of course: its moves are notices.
     metric_families = (
@@ -269,6 +271,8 @@ class SchemaOrderProbe(Probe[SchemaOrderParams]):
         MetricFamily("json_valid_rate", "share", bad_direction=-1),
         MetricFamily("key_order_conformance", "share", bad_direction=-1),
         MetricFamily("paired_difference", "paired"),
+        # The answer ignored the requested structure, or broke its schema (prober/targets/structured.py).
+        *(MetricFamily(name, "share", bad_direction=1) for name in STRUCTURED_OUTPUT_RATES),
     )
 
     async def run(self, ctx: ProbeContext, params: SchemaOrderParams) -> None:
@@ -304,6 +308,7 @@ class SchemaOrderProbe(Probe[SchemaOrderParams]):
         metrics, add, add_share = collected.metrics, collected.add, collected.share
 
         grades: dict[str, list[Grade]] = defaultdict(list)
+        answer_findings: dict[str, list[list[str] | None]] = defaultdict(list)
         errors: dict[str, int] = defaultdict(int)
         correct: dict[tuple[int, str], bool] = {}
         items_seen: set[int] = set()
@@ -320,6 +325,7 @@ class SchemaOrderProbe(Probe[SchemaOrderParams]):
             result = grade(output_json_text(row.get("output_text"), row.get("tool_calls")),
                            str(labels["expected"]), variant.properties)
             grades[variant.name].append(result)
+            answer_findings[variant.name].append(row.get("findings"))
             correct[(index, variant.name)] = result.correct
 
         for variant in params.variants:
@@ -329,6 +335,8 @@ class SchemaOrderProbe(Probe[SchemaOrderParams]):
             parsed = [g for g in graded if g.parsed]
             add_share("json_valid_rate", len(parsed), len(graded), labels)
             add_share("key_order_conformance", sum(bool(g.in_declared_order) for g in parsed), len(parsed), labels)
+            for name, hits in structured_output_counts(answer_findings.get(variant.name, [])):
+                add_share(name, hits, len(graded), labels)
             add_share("error_rate", errors.get(variant.name, 0), len(graded) + errors.get(variant.name, 0), labels)
 
         for a, b in params.pairs():

@@ -30,6 +30,7 @@ import queue
 import signal
 from typing import Any
 
+from prober.core.findings import active_known, register_known, set_aside_known
 from prober.core.records import Sample
 from prober.core.redact import active_secrets, register
 
@@ -75,7 +76,8 @@ class SampleWriterProcess:
         self.count = 0
         self._process = _CONTEXT.Process(
             target=_writer_main, name="prober-sample-writer", daemon=True,
-            args=(store_url, max_output_chars, conformance, self._inbox, self._replies, active_secrets()))
+            args=(store_url, max_output_chars, conformance, self._inbox, self._replies, active_secrets(),
+                  active_known()))
         self._process.start()
         self._await_reply("ready", start_timeout)
 
@@ -153,7 +155,7 @@ class SampleWriterProcess:
 
 def _writer_main(store_url: str, max_output_chars: int | None, conformance: bool,
                  inbox: multiprocessing.Queue[Any], replies: multiprocessing.Queue[Any],
-                 secrets: tuple[str, ...]) -> None:
+                 secrets: tuple[str, ...], known: dict[str, tuple[str, ...]]) -> None:
     # Ctrl-C, `timeout` and systemd signal the whole process group; the parent decides when the
     # run stops, and then closes the writer, which still has samples to write. Should the parent
     # die instead, the loop below notices and stops after storing what arrived. (Our parent is the
@@ -165,6 +167,7 @@ def _writer_main(store_url: str, max_output_chars: int | None, conformance: bool
     # The fork server's redactor is empty: the parent's secrets come with the arguments (through
     # the server's pipe, never a command line), before the first row is built.
     register(secrets)
+    register_known(known)          # each target's known finding codes, the same way
     # The writer only stores. When the machine has no core to spare (the bench's 512 streams, a
     # model server on the same box), the kernel should run the event loop first, which stamps
     # arrivals and keeps an open loop's schedule: at a lower priority the writer waits instead,
@@ -180,6 +183,7 @@ def _writer_main(store_url: str, max_output_chars: int | None, conformance: bool
     # Checking here is off the event loop, so the first check's wait only delays its storage.
     from prober.store import Store
     from prober.targets.conformance import check_exchange
+    from prober.targets.structured import structured_output_findings
 
     try:
         store = Store.open(store_url)
@@ -191,11 +195,20 @@ def _writer_main(store_url: str, max_output_chars: int | None, conformance: bool
 
     def store_sample(sample: Sample) -> None:
         exchange = sample.exchange
+        # Whether the answer honoured the structure it was asked for: what the suites' rates count,
+        # so it does not depend on conformance checking being on.
+        exchange.findings.extend(structured_output_findings(exchange))
         if conformance:
             try:
                 exchange.findings.extend(check_exchange(exchange))
             except Exception as exc:   # a checker bug must never lose a sample
                 exchange.findings.append(f"conformance check failed: {type(exc).__name__}: {exc}")
+        if known.get(sample.target):
+            # This server is known to do these: notices, so that they neither count nor page.
+            exchange.findings = set_aside_known(exchange.findings, exchange.extra.setdefault("notices", []),
+                                                known[sample.target])
+            if not exchange.extra["notices"]:
+                del exchange.extra["notices"]
         exchange.raw_events = []      # parsed payloads are checked, not stored
         writer.submit(sample)
 

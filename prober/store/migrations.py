@@ -291,6 +291,12 @@ def _m010_alert_site(conn: sa.Connection) -> None:
         conn.execute(alerts.delete().where(alerts.c.key == key))
 
 
+def _m011_sample_ttft_answer(conn: sa.Connection) -> None:
+    """samples.ttft_answer_ms: the first answer token after any reasoning (Exchange.first_answer_ns;
+    docs/measurements-definitions.md). NULL on samples stored before, as on failed requests."""
+    add_column(conn, "samples", sa.Column("ttft_answer_ms", sa.Float))
+
+
 # Append new migrations here; never edit or reorder the ones above.
 MIGRATIONS: list[Migration] = [
     _m001_initial,
@@ -303,6 +309,7 @@ MIGRATIONS: list[Migration] = [
     _m008_run_site_batch,
     _m009_history_indexes,
     _m010_alert_site,
+    _m011_sample_ttft_answer,
 ]
 
 

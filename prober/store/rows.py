@@ -68,6 +68,7 @@ def sample_row(sample: Sample, max_output_chars: int | None) -> SampleRow:
         "headers_ms": offsets["headers_ms"],
         "first_byte_ms": offsets["first_byte_ms"],
         "ttft_ms": offsets["ttft_ms"],
+        "ttft_answer_ms": offsets["ttft_answer_ms"],
         "end_ms": offsets["end_ms"],
         "chunk_offsets_ms": offsets["chunk_offsets_ms"],
         "chunk_chars": ex.chunk_chars,

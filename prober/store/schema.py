@@ -81,6 +81,7 @@ samples = sa.Table(
     sa.Column("extra", JSONColumn()),
     sa.Column("service_tier", sa.Text),
     sa.Column("entry", sa.Text),      # the suite entry (suites.loader.SuiteEntry.id) that sent it
+    sa.Column("ttft_answer_ms", sa.Float),   # first answer token after any reasoning (migration 11)
     # error_type too: a run's sample and error counts come from the index alone
     sa.Index("ix_samples_run_target", "run_id", "target", "error_type"),
 )

@@ -27,7 +27,7 @@ from prober.core.records import (
     utcnow,
 )
 from prober.targets.base import TargetAdapter
-from prober.targets.errors import classify_error
+from prober.targets.errors import classify_error, is_error_body
 from prober.targets.sse import SSEParser
 from prober.targets.transport import (
     HTTPTransport,
@@ -133,10 +133,14 @@ class StreamDecoder:
             return None
         return obj
 
-    def _content(self, ns: int, chars: int) -> None:
+    def _content(self, ns: int, chars: int, answer: bool = True) -> None:
+        """A content-bearing chunk; `answer` False for the reasoning channel (thinking, reasoning
+        content), which opens TTFT but not the answer's TTFT (docs/measurements-definitions.md)."""
         ex = self.ex
         if ex.first_token_ns is None:
             ex.first_token_ns = ns
+        if answer and ex.first_answer_ns is None:
+            ex.first_answer_ns = ns
         ex.chunk_ns.append(ns)
         ex.chunk_chars.append(chars)
 
@@ -366,7 +370,7 @@ class HTTPAdapter(TargetAdapter):
             return
         if not isinstance(body, dict):
             ex.error_type, ex.error_message = "protocol", f"response body is not a JSON object: {raw[:200]!r}"
-        elif body.get("type") == "error" or ("error" in body and body["error"] is not None):
+        elif is_error_body(body):
             ex.error_type, ex.error_message = classify_error(200, body)
         else:
             self.parse_body(ex, body)

@@ -54,7 +54,9 @@ def anthropic_tool_choice(choice: Any) -> Any:
 
 class AnthropicStreamDecoder(StreamDecoder):
     """message_start -> content blocks (start, deltas, stop) -> message_delta -> message_stop.
-    TTFT at the first content_block_delta of any kind; usage from message_start.message.usage,
+    TTFT at the first content_block_delta that carries content (an empty text, partial_json or
+    thinking piece and signature_delta do not); the answer's TTFT at the first such delta outside
+    the thinking channel (text or tool input); usage from message_start.message.usage,
     overwritten key by key by each message_delta.usage (cumulative), never summed."""
 
     terminal_name = "message_stop"
@@ -68,11 +70,14 @@ class AnthropicStreamDecoder(StreamDecoder):
         obj = self._decode(event, data, ns)
         if obj is None:
             return
-        kind = obj.get("type") or event
+        # An SSE event named `error` is an error whatever its data says: llama-server's carries
+        # {"code":503,"message":...,"type":"unavailable_error"}, others only {"error": {...}}.
+        kind = "error" if event == "error" else obj.get("type") or event
         ex = self.ex
         if kind == "content_block_delta":
             delta = obj.get("delta")
             chars = 0
+            answer = True
             if isinstance(delta, dict):
                 dtype = delta.get("type")
                 if dtype == "text_delta":
@@ -88,6 +93,7 @@ class AnthropicStreamDecoder(StreamDecoder):
                         if tool is not None:
                             tool["json"].append(piece)
                 elif dtype == "thinking_delta":
+                    answer = False
                     thinking = delta.get("thinking")
                     if isinstance(thinking, str):
                         self._thinking.append(thinking)
@@ -95,7 +101,7 @@ class AnthropicStreamDecoder(StreamDecoder):
                 # An empty piece (signature_delta, an empty input_json_delta) carries no generated
                 # content: counted, it would open TTFT early and put a ~0 ms gap into ITL.
                 if chars or dtype not in _SIZED_DELTAS:
-                    self._content(ns, chars)
+                    self._content(ns, chars, answer)
             else:
                 self._content(ns, chars)
         elif kind == "message_start":

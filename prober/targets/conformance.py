@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from prober.core.records import Exchange
+from prober.targets.errors import is_error_body
 from prober.targets.event_shape import event_shape
 
 _MAX_FINDINGS = 50
@@ -185,7 +186,7 @@ def _check_anthropic(exchange: Exchange) -> list[str]:
         body = _load(text)
         if isinstance(body, _NotJSON):
             return [f"anthropic body (HTTP {status}): not JSON: {body.text[:80]!r}"]
-        if not 200 <= status < 300:
+        if not 200 <= status < 300 or is_error_body(body):
             _validate(models["error"], text, f"anthropic error body (HTTP {status})", findings)
         else:
             _validate(models["message"], text, "anthropic message", findings)
@@ -204,6 +205,10 @@ def _check_anthropic(exchange: Exchange) -> list[str]:
                 findings.append(f"anthropic event #{position}: data is not a JSON object")
                 continue
             kind, index = data.get("type"), data.get("index")
+            if event == "error":
+                # An error event whatever its data's `type` (the adapter takes it as one): its
+                # shape is checked against ErrorResponse, which names what differs.
+                kind = "error"
             label = f"anthropic {kind or event} #{position}"
             if event is not None and event != kind:
                 findings.append(f"{label}: SSE event name {event!r} but data.type {kind!r}")
@@ -257,7 +262,7 @@ def _check_openai(exchange: Exchange) -> list[str]:
         body = _load(text)
         if isinstance(body, _NotJSON):
             return [f"openai body (HTTP {status}): not JSON: {body.text[:80]!r}"]
-        if not 200 <= status < 300:
+        if not 200 <= status < 300 or is_error_body(body):
             _check_openai_error(body, f"openai error body (HTTP {status})", findings)
         else:
             _validate(models["completion"], text, "openai chat.completion", findings)

@@ -61,8 +61,25 @@ def error_details(body: Any) -> tuple[str | None, str | None, Any]:
                 message if isinstance(message, str) else None, code)
     if isinstance(error, str):
         return None, error, None
-    message = body.get("message") or body.get("detail")   # gateways and FastAPI-style bodies
-    return None, message if isinstance(message, str) else None, None
+    # No nested error object: llama-server's `{"code":503,"message":...,"type":"unavailable_error"}`
+    # (its stream error events too), gateways and FastAPI-style bodies. Anthropic's envelope
+    # `"type": "error"` names no class.
+    message = body.get("message") or body.get("detail")
+    kind = body.get("type")
+    return (kind if isinstance(kind, str) and kind != "error" else None,
+            message if isinstance(message, str) else None, body.get("code"))
+
+
+def is_error_body(body: Any) -> bool:
+    """Whether a JSON body answered with a 2xx status is an error object rather than a Message or
+    a ChatCompletion: an `error` member (OpenAI, and Anthropic's `"type": "error"` envelope), or a
+    bare error (a `message` with a `code` or `type`) with neither `content` nor `choices`."""
+    if not isinstance(body, dict):
+        return False
+    if body.get("type") == "error" or body.get("error") is not None:
+        return True
+    return (isinstance(body.get("message"), str) and ("code" in body or "type" in body)
+            and "content" not in body and "choices" not in body)
 
 
 def classify_error(status: int | None = None, body: Any = None,

@@ -53,8 +53,11 @@ def _system_message(system: str | list[dict[str, Any]]) -> dict[str, Any]:
 
 class OpenAIStreamDecoder(StreamDecoder):
     """Chunks with choices[].delta, a finish chunk, with include_usage a usage chunk
-    (choices == []), then `data: [DONE]`. TTFT at the first chunk with non-empty content,
-    tool_calls, refusal or reasoning content; the role-only first chunk does not count."""
+    (choices == []), then `data: [DONE]`. TTFT at the first chunk with non-empty content, tool-call
+    arguments, refusal or reasoning content; the role-only first chunk and a tool-call delta that
+    only names the function do not count (the same event as Anthropic's first partial_json:
+    docs/measurements-definitions.md). The answer's TTFT at the first such chunk with content,
+    arguments or refusal, after any reasoning."""
 
     terminal_name = "[DONE]"
 
@@ -109,17 +112,20 @@ class OpenAIStreamDecoder(StreamDecoder):
                 if content and type(content) is str:
                     self._text.append(content)
                     chars = len(content)
-                    bearing = True
+                    bearing = answer = True
                 else:
-                    bearing = False
+                    bearing = answer = False
                 if len(delta) > 1 or not bearing:      # the common {"content": "..."} stops here
-                    extra_chars = self._other_deltas(delta)
-                    if extra_chars is not None:
-                        chars += extra_chars
+                    other = self._other_deltas(delta)
+                    if other is not None:
+                        chars += other[0]
                         bearing = True
+                        answer = answer or other[1]
                 if bearing:
                     if ex.first_token_ns is None:
                         ex.first_token_ns = ns
+                    if answer and ex.first_answer_ns is None:
+                        ex.first_answer_ns = ns
                     ex.chunk_ns.append(ns)
                     ex.chunk_chars.append(chars)
             finish_reason = choice.get("finish_reason")
@@ -145,32 +151,33 @@ class OpenAIStreamDecoder(StreamDecoder):
         if isinstance(tier, str) and tier:
             ex.service_tier = tier
 
-    def _other_deltas(self, delta: dict[str, Any]) -> int | None:
-        """Characters of tool-call, refusal and reasoning content in a delta; None when it has none."""
+    def _other_deltas(self, delta: dict[str, Any]) -> tuple[int, bool] | None:
+        """(characters of tool-call arguments, refusal and reasoning content in a delta, whether
+        any of it is the answer rather than reasoning); None when it has none."""
         chars = 0
-        bearing = False
+        bearing = answer = False
         tool_calls = delta.get("tool_calls")
         if tool_calls and isinstance(tool_calls, list):
-            tool_chars, named = self._tool_deltas(tool_calls)
+            tool_chars = self._tool_deltas(tool_calls)
             chars += tool_chars
-            bearing = bool(tool_chars) or named
+            bearing = answer = bool(tool_chars)
         refusal = delta.get("refusal")
         if refusal and isinstance(refusal, str):
             self._refusal.append(refusal)
             chars += len(refusal)
-            bearing = True
+            bearing = answer = True
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if reasoning and isinstance(reasoning, str):
             self._reasoning.append(reasoning)
             chars += len(reasoning)
             bearing = True
-        return chars if bearing else None
+        return (chars, answer) if bearing else None
 
-    def _tool_deltas(self, tool_calls: list[Any]) -> tuple[int, bool]:
-        """Argument characters in these tool-call deltas, and whether one named a function (a
-        delta with neither is empty: not a content chunk)."""
+    def _tool_deltas(self, tool_calls: list[Any]) -> int:
+        """Argument characters in these tool-call deltas. A delta with none (one that only names
+        the function, or an empty one) is not a content chunk: the tool call's first token is its
+        first argument text, as on Anthropic (docs/measurements-definitions.md)."""
         chars = 0
-        named = False
         for call in tool_calls:
             if not isinstance(call, dict):
                 continue
@@ -183,12 +190,11 @@ class OpenAIStreamDecoder(StreamDecoder):
             if isinstance(function, dict):
                 if function.get("name"):
                     slot["name"] = (slot["name"] or "") + function["name"]
-                    named = True
                 arguments = function.get("arguments")
                 if isinstance(arguments, str) and arguments:
                     slot["args"].append(arguments)
                     chars += len(arguments)
-        return chars, named
+        return chars
 
     def _tool_slot(self, call: dict[str, Any]) -> dict[str, Any]:
         """The call a delta continues. Some servers leave `index` out: then a delta with a new id

@@ -1,7 +1,8 @@
 """Secrets and terminal safety against a hostile endpoint (tests/support/hostile.py), end to end
-through the real CLI: a 401 body and an output that echo the API keys and a gateway key on both
-protocols, escape sequences in the fingerprint, the model name, the output and the error
-message, and an output that starts like a spreadsheet formula.
+through the real CLI: a 401 body, an output, a response header and ids that echo the API keys and
+a gateway key on both protocols, as they are and encoded (base64, hex, case-changed), escape
+sequences in the fingerprint, the model name, the output and the error message, and an output
+that starts like a spreadsheet formula.
 
 One run of the divergence suite against an OpenAI and an Anthropic target feeds every check:
 the canaries must appear nowhere in the database file (raw bytes, WAL included), the reports,
@@ -11,7 +12,9 @@ the exports or any command's output, and no raw control character may reach `pro
 
 from __future__ import annotations
 
+import base64
 import csv
+import json
 import re
 import secrets
 import sqlite3
@@ -76,18 +79,22 @@ def hostile_run(tmp_path_factory):
                    "--param", "requests_per_level=4", "--param", 'prompts=["story"]')
         assert done.returncode in (0, 1), done.stdout + done.stderr
         received = list(server.received)
+        sent = list(server.sent)
     with Store.open(f"sqlite:///{tmp}/p.db") as store:
         (summary,) = store.list_runs(limit=1)
         rows = store.samples(summary["id"])
     show = run("show", "show", summary["id"])
     assert show.returncode == 0, show.stderr
+    for name, *flags in (("samples",), ("samples-json", "--json")):
+        done = run(name, "samples", summary["id"], *flags)
+        assert done.returncode == 0, done.stderr
     for fmt in ("html", "md", "json"):
         done = run(f"report-{fmt}", "report", "--format", fmt, "--out", "reports")
         assert done.returncode == 0, done.stderr
     for fmt in ("csv", "parquet", "prometheus"):
         done = run(f"export-{fmt}", "export", "--format", fmt, "--out", "export")
         assert done.returncode == 0, done.stderr
-    yield tmp, cli, received, rows
+    yield tmp, cli, received, rows, sent
     keeper.close()
 
 
@@ -96,7 +103,7 @@ def _files(tmp: Path) -> list[Path]:
 
 
 def test_the_endpoint_really_received_and_echoed_the_canaries(hostile_run):
-    _, _, received, rows = hostile_run
+    _, _, received, rows, _ = hostile_run
     sent = " ".join(str(headers) for headers in received)
     assert all(canary in sent for canary in CANARIES.values())
     assert {r["protocol"] for r in rows} == {"openai", "anthropic"}
@@ -110,7 +117,7 @@ def test_the_endpoint_really_received_and_echoed_the_canaries(hostile_run):
 
 
 def test_no_canary_in_the_database_reports_exports_or_output(hostile_run):
-    tmp, cli, _, _ = hostile_run
+    tmp, cli, _, _, _ = hostile_run
     files = _files(tmp)
     names = {p.name for p in files}
     assert {"p.db", "p.db-wal", "samples.csv", "samples.parquet", "metrics.csv", "prober.prom"} <= names
@@ -126,18 +133,57 @@ def test_no_canary_in_the_database_reports_exports_or_output(hostile_run):
                 assert needle not in pd.read_parquet(path).to_csv(), path
 
 
+def encoded_needles(canary: str) -> list[str]:
+    """Text that betrays the canary in each encoding, computed here from base64 and hex alone: the
+    inner characters of its base64 wherever it sits (the first and last group carry neighbouring
+    bytes), its hex and case-changed spellings, and a piece of each."""
+    raw = canary.encode()
+    needles = []
+    for offset in range(3):
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            inner = encode(b"\0" * offset + raw).decode()[4:-4]
+            needles += [inner, inner[8:24]]
+    for spelled in (raw.hex(), raw.hex().upper(), canary.upper(), canary.swapcase()):
+        needles += [spelled, spelled[-24:-8]]
+    return needles
+
+
+def test_no_encoded_canary_in_the_database_samples_or_exports(hostile_run):
+    tmp, cli, _, rows, sent = hostile_run
+    files = [p for p in _files(tmp) if p.suffix != ".parquet"]
+    parquet = [pd.read_parquet(path).to_csv() for path in tmp.rglob("*.parquet")]
+    samples = cli["samples"].stdout
+    lines = [json.loads(line) for line in cli["samples-json"].stdout.splitlines() if line.strip()]
+    assert len(lines) == len(rows) and samples.count("You said:") >= 2
+    # Where the echoes were, masks are: outputs, error messages, the kept header and the ids.
+    assert all(r["output_text"].count("***") >= 20 for r in rows if r["http_status"] == 200)
+    # (an error message is kept to its first 500 characters: a few of the echoes fit)
+    assert all(r["error_message"].count("***") >= 4 for r in rows if r["http_status"] == 401)
+    assert all(r["response_headers"]["server"].count("***") >= 20 for r in rows)
+    assert all(r["request_id"].count("***") >= 20 for r in rows)
+    for canary in CANARIES.values():
+        for needle in encoded_needles(canary):
+            assert any(needle in text for text in sent), needle       # the endpoint did echo it
+            for path in files:
+                assert needle.encode() not in path.read_bytes(), (path, needle)
+            for name, done in cli.items():
+                assert needle not in done.stdout + done.stderr, (name, needle)
+            assert not any(needle in table for table in parquet), needle
+
+
 def test_credential_headers_are_never_stored_and_headers_env_is_sent(hostile_run):
-    _, _, received, rows = hostile_run
+    _, _, received, rows, _ = hostile_run
     assert all(h.get("ocp-apim-subscription-key") == CANARIES["APIM_CANARY_KEY"] for h in received)
     for row in rows:
         names = {name.lower() for name in row["request_headers"]}
         assert not names & {"authorization", "x-api-key", "ocp-apim-subscription-key"}, names
         assert "content-type" in names        # the other headers are kept
-    assert all(r["request_id"].startswith("req_") for r in rows)   # an echoing header value is masked
+    # An echoing header value and an echoing response id are masked.
+    assert all(r["request_id"].startswith(("req_", "msg_", "chatcmpl-")) for r in rows)
 
 
 def test_run_and_show_print_no_raw_control_characters(hostile_run):
-    _, cli, _, _ = hostile_run
+    _, cli, _, _, _ = hostile_run
     for name in ("run", "show"):
         output = cli[name].stdout + cli[name].stderr
         assert not RAW_CONTROL.search(output), (name, RAW_CONTROL.findall(output))
@@ -146,7 +192,7 @@ def test_run_and_show_print_no_raw_control_characters(hostile_run):
 
 
 def test_markdown_report_and_prometheus_textfile_hold_no_raw_control_characters(hostile_run):
-    tmp, _, _, _ = hostile_run
+    tmp, _, _, _, _ = hostile_run
     (markdown,) = (tmp / "reports").glob("*.md")
     text = markdown.read_text()
     assert not RAW_CONTROL.search(text), RAW_CONTROL.findall(text)
@@ -168,7 +214,7 @@ def _is_number(cell: str) -> bool:
 
 
 def test_csv_cells_never_start_a_spreadsheet_formula(hostile_run):
-    tmp, _, _, _ = hostile_run
+    tmp, _, _, _, _ = hostile_run
     with open(tmp / "export" / "samples.csv", newline="") as handle:
         table = list(csv.DictReader(handle))
     outputs = [row["output_text"] for row in table if row["http_status"] == "200"]

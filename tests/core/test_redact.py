@@ -3,6 +3,7 @@ alone, and why (the end-to-end checks are in test_hostile_endpoint.py)."""
 
 from __future__ import annotations
 
+import base64
 import json
 from urllib.parse import quote
 
@@ -24,6 +25,36 @@ def test_every_spelling_of_a_secret_is_masked():
     for spelled in (KEY, json.dumps(KEY)[1:-1], quote(KEY, safe=""), repr(KEY)[1:-1]):
         assert redactor.text(f"Incorrect API key provided: Bearer {spelled}.") == \
             f"Incorrect API key provided: Bearer {MASK}."
+
+
+@pytest.mark.parametrize("spell", [str.upper, str.lower, str.swapcase,
+                                   lambda key: key.encode().hex(), lambda key: key.encode().hex().upper()],
+                         ids=["upper", "lower", "swapcase", "hex", "HEX"])
+def test_case_changed_and_hex_spellings_are_masked(spell):
+    redactor = Redactor([KEY])
+    spelled = spell(KEY)
+    assert spelled != KEY
+    assert redactor.text(f"echo: {spelled}!") == f"echo: {MASK}!"
+
+
+@pytest.mark.parametrize("encode", [base64.b64encode, base64.urlsafe_b64encode], ids=["standard", "url-safe"])
+@pytest.mark.parametrize("before", [b"", b"x", b"xy", b"xyz", b"Basic:"])
+@pytest.mark.parametrize("after", [b"", b"!", b"!?", b"!?#"])
+@pytest.mark.parametrize("padded", [True, False])
+def test_base64_of_a_secret_is_masked_at_every_byte_offset_and_either_alphabet(encode, before, after, padded):
+    """The key inside a longer base64 string, wherever its bytes fall in the 3-byte groups."""
+    redactor = Redactor([KEY])
+    encoded = encode(before + KEY.encode() + after).decode()
+    if not padded:
+        encoded = encoded.rstrip("=")
+    masked = redactor.text(f"token {encoded} end")
+    assert MASK in masked
+    # Any 6 characters wholly inside the key's bytes would betray part of it: a 4-character group
+    # starts at a multiple of 3 bytes; the first whole group after `before` is the key's alone.
+    first = (len(before) + 2) // 3 * 4
+    last = (len(before) + len(KEY)) // 3 * 4
+    for at in range(first, last - 6 + 1):
+        assert encoded[at:at + 6] not in masked, (at, masked)
 
 
 def test_a_secret_cut_by_truncation_is_masked_at_either_end():

@@ -77,6 +77,29 @@ def test_cost_multiplier_with_reported_writes_is_the_hand_calculation():
     assert cost_multiplier(pair, CacheReads(pair), 1.25, 0.1)[0] == pytest.approx(1.35 / 2)
 
 
+def test_cost_multiplier_prices_each_ttl_write_at_its_own_rate_where_usage_splits_them():
+    # One request writes 600 tokens for 5 minutes and 400 for an hour (usage.cache_creation),
+    # then three requests read all 1,000; the configured TTL (5m) would price all writes at 1.25.
+    first = anthropic(10, read=0, creation=1000)
+    first["usage"]["cache_creation"] = {"ephemeral_5m_input_tokens": 600, "ephemeral_1h_input_tokens": 400}
+    rows = [first] + [anthropic(10, read=1000, creation=0)] * 3
+    rates = {"5m": 1.25, "1h": 2.0}
+    value, writes = cost_multiplier(rows, CacheReads(rows), 1.25, 0.1, rates)
+    assert writes == "reported"
+    # By hand: 10 uncached + 600 x 1.25 + 400 x 2 = 1,560 for the first; 10 + 100 for each later.
+    assert value == pytest.approx((10 + 750 + 800 + 3 * 110) / (4 * 1010))
+    # Without the rates (or without the split) every write is priced at the configured TTL.
+    assert cost_multiplier(rows, CacheReads(rows), 1.25, 0.1)[0] == pytest.approx((10 + 1250 + 330) / 4040)
+    plain = [anthropic(10, read=0, creation=1000)] + rows[1:]
+    assert cost_multiplier(plain, CacheReads(plain), 2.0, 0.1, rates)[0] == pytest.approx((10 + 2000 + 330) / 4040)
+    # A split that accounts for part of the writes: the remainder at the configured rate (1h here).
+    part = anthropic(10, read=0, creation=1000)
+    part["usage"]["cache_creation"] = {"ephemeral_5m_input_tokens": 300, "ephemeral_1h_input_tokens": 0}
+    rows = [part] + rows[1:]
+    assert cost_multiplier(rows, CacheReads(rows), 2.0, 0.1, rates)[0] == pytest.approx(
+        (10 + 300 * 1.25 + 700 * 2.0 + 330) / 4040)
+
+
 def test_cost_multiplier_assumes_hosted_billing_when_the_creation_field_is_absent():
     # llama-server through /v1/messages: input_tokens = prompt - cached, no creation field.
     rows = [anthropic(1033, read=0), anthropic(10, read=1023), anthropic(10, read=1023)]

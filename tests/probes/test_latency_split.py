@@ -76,3 +76,22 @@ def test_open_loop_rates_get_a_knee_with_its_interval_from_the_levels_the_client
     limited = {m.labels["rate_rps"]: m.value for m in metrics if m.name == "client_limited"}
     assert limited == {1.0: 0.0, 2.0: 0.0, 4.0: 0.0, 8.0: 1.0}
     assert not [m for m in metrics if m.name == "knee_concurrency"]
+
+
+def _reasoning_row(ttft: float, answer: float | None) -> dict:
+    return {"probe": "latency", "labels": {"concurrency": 1, "phase": "measure"}, "final": True,
+            "error_type": None, "ttft_ms": ttft, "ttft_answer_ms": answer, "headers_ms": 1.0,
+            "end_ms": (answer or ttft) + 10, "chunk_offsets_ms": [ttft, (answer or ttft) + 5], "extra": {}}
+
+
+def test_latency_reports_ttft_answer_only_where_responses_reason_first():
+    reasoning = [_reasoning_row(100.0 + i, 500.0 + 10 * i) for i in range(11)]
+    metrics = LatencyProbe().summarize(reasoning, LatencyParams(levels=[1]), run_id="r", target="t")
+    values = {m.name: m.value for m in metrics}
+    assert values["ttft_p50_ms"] == pytest.approx(105.0)
+    assert values["ttft_answer_p50_ms"] == pytest.approx(550.0)      # the median of 500..600
+    assert {"ttft_answer_p90_ms", "ttft_answer_p99_ms"} <= set(values)
+    assert {m.name for m in metrics} <= LatencyProbe.metric_names
+    plain = [_reasoning_row(100.0 + i, 100.0 + i) for i in range(11)]
+    names = {m.name for m in LatencyProbe().summarize(plain, LatencyParams(levels=[1]), run_id="r", target="t")}
+    assert "ttft_p50_ms" in names and not any(name.startswith("ttft_answer") for name in names)

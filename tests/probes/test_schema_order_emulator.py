@@ -206,6 +206,11 @@ def test_other_modes_and_protocols(tmp_path, protocol, mode):
     # required_first: the optional rationale declared first comes out after the label.
     assert metrics["key_order_conformance", "answer_first"]["value"] == 1
     assert metrics["key_order_conformance", "optional_first"]["value"] == 0
+    # The emulator honours the structure asked for, as a tool call or JSON, on both protocols.
+    for variant in ("answer_first", "optional_first"):
+        assert metrics["structured_output_ignored_rate", variant]["value"] == 0
+        assert metrics["schema_violation_rate", variant]["value"] == 0
+        assert metrics["schema_violation_rate", variant]["n"] == 20
 
 
 def test_the_scenario_can_name_a_users_dataset(tmp_path):

@@ -21,7 +21,7 @@ SAMPLE_COLUMNS = [
     "system_fingerprint", "response_model", "output_text", "output_sha256", "output_chars", "output_truncated",
     "tool_calls", "finish_reason", "usage", "started_at", "headers_ms", "first_byte_ms", "ttft_ms", "end_ms",
     "chunk_offsets_ms", "chunk_chars", "error_type", "error_message", "findings", "rejected_params", "extra",
-    "service_tier", "entry",
+    "service_tier", "entry", "ttft_answer_ms",
 ]
 RUN_COLUMNS = ["id", "suite", "started_at", "finished_at", "status", "prober_version", "config_hash", "host", "pid",
                "targets", "loop_lag", "notes", "lease_expires_at", "site", "batch"]
@@ -63,7 +63,8 @@ def test_new_database_gets_the_whole_schema(store_url):
                                                                (7, "m007_metric_flags"),
                                                                (8, "m008_run_site_batch"),
                                                                (9, "m009_history_indexes"),
-                                                               (10, "m010_alert_site")]
+                                                               (10, "m010_alert_site"),
+                                                               (11, "m011_sample_ttft_answer")]
         assert schema_version(engine) == len(MIGRATIONS)
     finally:
         engine.dispose()

@@ -6,17 +6,23 @@ sent against the client:
   gateways do (`Incorrect API key provided: Bearer sk-...`), with an escape sequence in it;
 - the others answer 200 with an output that echoes the credentials too, starts like a
   spreadsheet formula, and carries escape sequences, as do the model name and (OpenAI) the
-  system_fingerprint.
+  system_fingerprint;
+- every echo also carries each credential encoded (`encoded_echoes`: base64 in both alphabets at
+  each byte offset, hex, case-changed), as do a kept response header (`server`), the 401's
+  request id header and the 200's response id.
 
 `received` keeps the headers of every request, so a test can show the secrets really went out.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support.threaded_http import ThreadedHTTP
 
 # OSC "set the window title" ended by BEL, then CSI "clear the screen".
 HOSTILE_CONTROLS = "\x1b]0;pwned\x07\x1b[2J"
@@ -30,6 +36,26 @@ def _credentials(headers: Any) -> str:
     return " ".join(f"{name}: {headers[name]}" for name in CREDENTIAL_HEADERS if headers.get(name))
 
 
+def _credential_values(headers: Any) -> list[str]:
+    values = [headers[name] for name in CREDENTIAL_HEADERS if headers.get(name)]
+    return [value.removeprefix("Bearer ") for value in values]
+
+
+def encoded_echoes(values: list[str]) -> str:
+    """Each value base64-encoded inside a longer string at each of the three byte offsets (the
+    standard alphabet padded, the URL-safe one unpadded), hex-encoded in both cases, upper-cased
+    and case-swapped: the spellings a server that re-encodes what it echoes produces."""
+    out = []
+    for value in values:
+        raw = value.encode()
+        for offset in range(3):
+            wrapped = b"u" * offset + raw + b"!?"[:offset]
+            out.append(base64.b64encode(wrapped).decode())
+            out.append(base64.urlsafe_b64encode(wrapped).decode().rstrip("="))
+        out += [raw.hex(), raw.hex().upper(), value.upper(), value.swapcase()]
+    return " ".join(out)
+
+
 def _sse(events: list[tuple[str | None, dict[str, Any] | str]]) -> bytes:
     out = []
     for name, data in events:
@@ -38,9 +64,9 @@ def _sse(events: list[tuple[str | None, dict[str, Any] | str]]) -> bytes:
     return "".join(out).encode()
 
 
-def _openai(body: dict[str, Any], output: str) -> tuple[str, bytes]:
+def _openai(body: dict[str, Any], output: str, echo: str) -> tuple[str, bytes]:
     usage = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
-    base = {"id": "chatcmpl-1", "created": 1, "model": MODEL, "system_fingerprint": FINGERPRINT}
+    base = {"id": f"chatcmpl-{echo}", "created": 1, "model": MODEL, "system_fingerprint": FINGERPRINT}
     if not body.get("stream"):
         return "application/json", json.dumps({
             **base, "object": "chat.completion", "usage": usage,
@@ -57,8 +83,8 @@ def _openai(body: dict[str, Any], output: str) -> tuple[str, bytes]:
     ])
 
 
-def _anthropic(body: dict[str, Any], output: str) -> tuple[str, bytes]:
-    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": MODEL,
+def _anthropic(body: dict[str, Any], output: str, echo: str) -> tuple[str, bytes]:
+    message = {"id": f"msg_{echo}", "type": "message", "role": "assistant", "model": MODEL,
                "stop_reason": None, "stop_sequence": None, "content": [],
                "usage": {"input_tokens": 5, "output_tokens": 1}}
     if not body.get("stream"):
@@ -78,8 +104,10 @@ def _anthropic(body: dict[str, Any], output: str) -> tuple[str, bytes]:
     ])
 
 
-def _unauthorized(anthropic: bool, credentials: str) -> bytes:
-    message = f"Incorrect API key provided: {credentials} {HOSTILE_CONTROLS}"
+def _unauthorized(anthropic: bool, credentials: str, echo: str) -> bytes:
+    # The encoded echoes last: prober keeps the first 500 characters of a message, and the cut
+    # falls inside one of them.
+    message = f"Incorrect API key provided: {credentials} {HOSTILE_CONTROLS} {echo}"
     if anthropic:
         return json.dumps({"type": "error", "error": {"type": "authentication_error", "message": message}}).encode()
     return json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
@@ -89,6 +117,7 @@ def _unauthorized(anthropic: bool, credentials: str) -> bytes:
 class HostileServer:
     def __init__(self) -> None:
         self.received: list[dict[str, str]] = []
+        self.sent: list[str] = []          # each answer's body and the encoded echoes in its headers
         self._count = 0
         self._lock = threading.Lock()
         server = self
@@ -107,32 +136,34 @@ class HostileServer:
                     server._count += 1
                     refuse = server._count % 2 == 1
                 anthropic = self.path.endswith("/messages")
+                echo = encoded_echoes(_credential_values(headers))
                 credentials = _credentials(headers)
                 if refuse:
-                    status, kind, payload = 401, "application/json", _unauthorized(anthropic, credentials)
+                    status, kind, payload = 401, "application/json", _unauthorized(anthropic, credentials, echo)
                 else:
-                    output = f"{FORMULA} You said: {credentials} {HOSTILE_CONTROLS}"
-                    kind, payload = (_anthropic if anthropic else _openai)(body, output)
+                    output = f"{FORMULA} You said: {credentials} {HOSTILE_CONTROLS} {echo}"
+                    kind, payload = (_anthropic if anthropic else _openai)(body, output, echo.replace(" ", "_"))
                     status = 200
                 self.send_response(status)
                 self.send_header("content-type", kind)
                 self.send_header("content-length", str(len(payload)))
-                self.send_header("x-request-id", f"req_{credentials}")
+                self.send_header("server", f"hostile/{echo.replace(' ', '/')}")
+                if refuse:        # an answer's request id is its response id
+                    self.send_header("x-request-id", f"req_{credentials} {echo}")
                 self.end_headers()
+                with server._lock:
+                    server.sent.append(payload.decode() + echo)
                 self.wfile.write(payload)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._http = ThreadedHTTP(Handler)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self._http.url
 
     def __enter__(self) -> HostileServer:
-        self._thread.start()
+        self._http.__enter__()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.__exit__(*exc_info)

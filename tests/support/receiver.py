@@ -10,10 +10,11 @@ answers with the status the test sets (200, or 503 to play a receiver that is do
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support.threaded_http import ThreadedHTTP
 
 
 @dataclass
@@ -50,17 +51,15 @@ class Receiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._http = ThreadedHTTP(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self._http.url
 
     def __enter__(self) -> Receiver:
-        self._thread.start()
+        self._http.__enter__()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.__exit__(*exc_info)

@@ -317,7 +317,9 @@ def test_tool_call_deltas_without_index_make_one_call_per_id():
     assert ex.ok
     assert ex.tool_calls == [{"type": "function", "id": "call_1", "name": "get", "input": {"city": "Paris"}},
                              {"type": "function", "id": "call_2", "name": "put", "input": {}}]
-    assert ex.chunk_chars == [0, 8, 8, 2]
+    # The delta that only names the function is no content chunk: the call's first token is its
+    # first argument text, as on Anthropic (docs/measurements-definitions.md).
+    assert ex.chunk_chars == [8, 8, 2]
 
 
 def test_zero_length_anthropic_deltas_are_not_content_chunks():
