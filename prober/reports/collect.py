@@ -497,7 +497,8 @@ def _section(store: Store, verdicts: Verdicts, window: Window, history: SectionH
     page = latest_id is not None
     # sample outputs: the report's, from each section's latest run (a run's page reads no samples)
     picked = [] if page or not examples else pick_examples(store.samples(latest.id, target=target))
-    calibration = window.lookup("calibration", latest.id, lambda run_id: host_calibration(store, run_id))
+    calibration = window.lookup("calibration", latest.id, lambda run_id: host_calibration(
+        store, run_id, window.lookup("run", run_id, store.get_run)))
     probes = []
     for probe in dict.fromkeys(row["probe"] for row in latest_rows):
         probe_rows = [row for row in latest_rows if row["probe"] == probe]
