@@ -76,13 +76,17 @@ def _stream_parquet(rows: Iterable[dict[str, Any]], kinds: dict[str, str], path:
     import pyarrow.parquet as pq
 
     schema = _arrow_schema(kinds)
-    json_names = [name for name, kind in kinds.items() if kind == "json"]
+    json_names = {name for name, kind in kinds.items() if kind == "json"}
 
     def write(writer: Any, batch: list[dict[str, Any]]) -> None:
-        for row in batch:
-            for name in json_names:
-                row[name] = _json_text(row.get(name))
-        writer.write_batch(pa.RecordBatch.from_pylist(batch, schema=schema))
+        # column by column: a list per column and one pyarrow conversion each, not a call per cell
+        arrays = []
+        for field in schema:
+            values = [row.get(field.name) for row in batch]
+            if field.name in json_names:
+                values = [value if value is None or isinstance(value, str) else _json_text(value) for value in values]
+            arrays.append(pa.array(values, type=field.type))
+        writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
 
     with pq.ParquetWriter(path, schema) as writer:
         batch: list[dict[str, Any]] = []
