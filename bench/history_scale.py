@@ -332,6 +332,39 @@ def store_bytes(url: str) -> int:
         store.close()
 
 
+def plan_queries(newest_run: str, target: str, since: dt.datetime) -> dict[str, sa.Select[Any]]:
+    """The reads the window's commands repeat per run, as the store builds them: each must be an
+    index search, never a scan of samples or metrics."""
+    return {
+        "window runs (runs.started_at >= since)": sa.select(runs.c.id).where(runs.c.started_at >= since)
+        .order_by(runs.c.started_at, runs.c.id),
+        "a run's metrics of one target (report)": sa.select(metrics).where(metrics.c.run_id == newest_run,
+                                                                           metrics.c.target == target),
+        "a run's rows of one metric (history)": sa.select(metrics.c.value).where(metrics.c.run_id == newest_run,
+                                                                                 metrics.c.name == HISTORY_METRIC),
+        "a run's samples (export)": sa.select(samples).where(samples.c.run_id == newest_run),
+        "a run's sample counts (run header)": sa.select(samples.c.run_id, sa.func.count())
+        .where(samples.c.run_id == newest_run).group_by(samples.c.run_id),
+    }
+
+
+def explain_plans(url: str, newest_run: str, target: str) -> list[str]:
+    """EXPLAIN QUERY PLAN (SQLite) or EXPLAIN ANALYZE (PostgreSQL) of `plan_queries`, a line each."""
+    store = Store.open(url)
+    lines = []
+    try:
+        since = dt.datetime.now(dt.UTC) - dt.timedelta(days=30)
+        with store.engine.connect() as conn:
+            for what, query in plan_queries(newest_run, target, since).items():
+                sql = str(query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+                prefix = "EXPLAIN QUERY PLAN " if store.backend == "sqlite" else "EXPLAIN (ANALYZE, COSTS OFF) "
+                plan = [" ".join(str(part) for part in row[-1:]) for row in conn.exec_driver_sql(prefix + sql)]
+                lines.append(f"plan {what}: {' | '.join(plan)}")
+    finally:
+        store.close()
+    return lines
+
+
 @dataclass
 class Row:
     backend: str
@@ -370,6 +403,8 @@ def bench_backend(backend: str, url: str, workdir: Path, nights: int, targets: i
     for what, argv in commands(config, out, names[0], newest).items():
         if not any(what.startswith(prefix) for prefix in skip):
             rows.append(_measured(backend, what, argv, workdir))
+    for line in explain_plans(url, newest, names[0]):
+        print(f"{backend} {line}", file=sys.stderr, flush=True)
     size = store_bytes(url)
     rows.append(Row(backend, "store size", None, None, f"{size / 1e6:,.0f} MB, {size / 1e6 / nights:.2f} MB/night"))
     prune = [sys.executable, "-m", "prober", "prune", "--config", str(config)]
