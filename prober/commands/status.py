@@ -29,7 +29,7 @@ def verdicts_now(config: ProberConfig, err: Console, since: str, target: str | N
     store = open_store(config.store.url, err)
     try:
         require_known_target(store, config, target)
-        window = load_window(store, start, target)
+        window = load_window(store, start, target, latest_only=True)     # no trends: the latest runs' rows
         report = collect(store, verdicts, start, target, window=window, expected=list(config.targets),
                          examples=False)
     finally:

@@ -376,19 +376,30 @@ def _summaries(store: Store, periods_of: dict[tuple[str, str, str], list[_Period
     return found
 
 
+def _detail_runs(runs: list[RunInfo], latest_only: bool) -> list[RunInfo]:
+    """The runs read row by row: the newest DETAIL_RUNS, or only those from the newest complete
+    run on (the one a section judges, `_latest_run`)."""
+    if not latest_only:
+        return runs[-DETAIL_RUNS:]
+    complete = [index for index, run in enumerate(runs) if run.complete]
+    return runs[complete[-1]:] if complete else runs[-1:]
+
+
 def load_window(store: Store, since: dt.datetime | None = None, target: str | None = None,
-                suite: str | None = None, *, site: str | None = None, batch: str | None = None) -> Window:
+                suite: str | None = None, *, site: str | None = None, batch: str | None = None,
+                latest_only: bool = False) -> Window:
     """Read the window's history (of one site's or one batch's runs where given): which runs
     stored metrics of which target, the rows of each section's newest DETAIL_RUNS runs, and the
-    summaries of the older ones. A section is a target and suite as probed from one site."""
+    summaries of the older ones. A section is a target and suite as probed from one site.
+    `latest_only`: the rows of each section's latest run only, no summaries (`prober status`
+    judges the latest runs and draws no trend)."""
     runs_of: dict[tuple[str, str, str], list[RunInfo]] = defaultdict(list)
     for pair in store.metric_runs(since=since, target=target, suite=suite, site=site, batch=batch):
         runs_of[(pair["target"], pair["suite"], pair["run_site"] or "")].append(
             RunInfo(pair["run_id"], pair["run_started_at"], pair["run_status"]))
     sections = {}
     for (target_name, suite_name, site_name), runs in runs_of.items():
-        detail = runs[-DETAIL_RUNS:]
-        order = {run.id: (i, run) for i, run in enumerate(detail)}
+        order = {run.id: (i, run) for i, run in enumerate(_detail_runs(runs, latest_only))}
         rows = store.metrics_of_runs(list(order), target_name)
         for row in rows:
             run = order[row["run_id"]][1]
@@ -396,7 +407,8 @@ def load_window(store: Store, since: dt.datetime | None = None, target: str | No
             row[_SERIES] = _series_key(row)
         rows.sort(key=lambda row: order[row["run_id"]][0])      # stable: each run's rows keep their order
         sections[(target_name, suite_name, site_name)] = SectionHistory(target_name, suite_name, site_name, runs, rows)
-    summaries = _summaries(store, {key: _periods(history.runs[:-DETAIL_RUNS]) for key, history in sections.items()})
+    summaries = _summaries(store, {key: [] if latest_only else _periods(history.runs[:-DETAIL_RUNS])
+                                   for key, history in sections.items()})
     for key, history in sections.items():
         history.summaries = summaries[key]
     return Window(since, target, sections)
