@@ -4,22 +4,28 @@
     python bench/history_scale.py --nights 30 --targets 5 --backends sqlite
 
 The history is cloned, at the SQL level, from one real run: the nightly suite against the
-in-process emulator (or `--template URL`, a store holding a nightly run). One run per night holds
-every target, each with the template target's samples, metrics, suite entries and status; metric
-values in milliseconds get a little deterministic noise from night to night. Writing a year for 20
-targets takes a few INSERT ... SELECT statements per night, not a Python object per row.
+in-process emulator (or `--template URL`, a store holding a nightly run). One run per night and
+site (`--sites`, default 2) holds every target, each with the template target's samples, metrics,
+suite entries and status; metric values in milliseconds get a little deterministic noise from
+night to night. Writing a year for 20 targets takes a few INSERT ... SELECT statements per night,
+not a Python object per row.
 
-Then each command runs in its own child process, timed (wall clock) with its peak resident memory:
-`prober report --since 30d` and `--since 365d`, `prober history` of one metric of one target over
-the year, the post-run evaluation of the newest run (SLO rules, drift against the baselines,
-baseline resets), `prober export --format csv --since 7d` and `--format prometheus`. Then the
-default retention (`prober prune`, prober.toml `[retention]`) is applied and the store size per
-night is printed before and after. The last line:
+Then each command runs in its own child process, measured in CPU seconds (its process tree's user
+and system time: load hardly moves them), peak resident memory, and wall time (quote the load
+average beside it): `prober report --since 30d` and `--since 365d`, `prober history` of one metric
+of one target over the year (a row per week, and `--all`), `prober show` of the newest run,
+`prober compare` of one target's two last weeks, the post-run evaluation of the newest run (SLO
+rules, drift against the baselines, baseline resets), `prober export` as CSV over 7 and 30 days,
+Parquet over 30 days and Prometheus, and `prober status`. Then the default retention (`prober
+prune`, prober.toml `[retention]`) is applied to the unpruned history (the first prune), and once
+more with one more night to drop (a nightly prune); the store size per night is printed before and
+after. The last line:
 
-    history-scale: worst_s=X db_mb_per_night=Y
+    history-scale: worst_cpu_s=X worst_peak_mb=Y prune_first_s=P db_mb_per_night=Z
 
-X is the slowest command on any backend, Y the store size per night for the whole fleet after the
-default retention (the largest over the backends).
+X and Y the worst CPU seconds and peak MB of any command but prune on any backend, P the first
+prune's wall seconds, Z the store size per night for the whole fleet after the default retention
+(each the largest over the backends).
 
 `write_history(url, nights, targets, template)` is the generator, for tests and other benches.
 """
@@ -134,9 +140,14 @@ def night_start(night: int, nights: int, end: dt.datetime) -> dt.datetime:
     return newest - dt.timedelta(days=nights - 1 - night)
 
 
-def run_id(started: dt.datetime) -> str:
-    """A night's run id, from its date: a longer history with the same end shares its newest runs."""
-    return f"hs{started:%Y%m%d}"
+def site_names(count: int) -> list[str]:
+    return [f"site-{chr(ord('a') + index)}" for index in range(count)]
+
+
+def run_id(started: dt.datetime, site: str = "") -> str:
+    """A night's run id, from its date and site (the first site's has none): a longer history
+    with the same end shares its newest runs."""
+    return f"hs{started:%Y%m%d}" + (f"-{site}" if site and site != site_names(1)[0] else "")
 
 
 def _copy(conn: sa.Connection, table: sa.Table, where: Any, replace: dict[str, Any]) -> None:
@@ -155,41 +166,42 @@ def _noisy(column: sa.ColumnElement[Any], night: int) -> sa.ColumnElement[Any]:
 
 
 def write_history(url: str, nights: int, targets: int, template: Template, *,
-                  end: dt.datetime | None = None) -> list[str]:
+                  end: dt.datetime | None = None, sites: int = 1) -> list[str]:
     """Write the nightly runs of the `nights` nights up to `end` (default now) for `targets`
-    targets into the store at `url` (migrated first), skipping nights it already holds; the run
-    ids written, oldest first. The first night written holds the template's rows; the others are
-    copied from it in the database. A second call with more nights and the same `end` adds older
-    history outside any window that ends at `end`."""
+    targets, one run a night from each of `sites` sites, into the store at `url` (migrated first),
+    skipping runs it already holds; the run ids written, oldest night first. The first run written
+    holds the template's rows; the others are copied from it in the database. A second call with
+    more nights and the same `end` adds older history outside any window that ends at `end`."""
     end = end or dt.datetime.now(dt.UTC)
     names = target_names(targets)
-    starts = [night_start(night, nights, end) for night in range(nights)]
+    wanted = [(night_start(night, nights, end), site) for night in range(nights) for site in site_names(sites)]
     store = Store.open(url)
     try:
         with store.engine.begin() as conn:
-            held = set(conn.execute(sa.select(runs.c.id).where(runs.c.id.in_([run_id(s) for s in starts])))
+            held = set(conn.execute(sa.select(runs.c.id).where(runs.c.id.in_([run_id(*w) for w in wanted])))
                        .scalars())
-            missing = [started for started in starts if run_id(started) not in held]
+            missing = [w for w in wanted if run_id(*w) not in held]
             if missing:
-                _write_seed(conn, template, names, missing[0])
-        for started in missing[1:]:
-            with store.engine.begin() as conn:     # a night a transaction: the SQLite WAL stays small
-                _write_night(conn, template, names, run_id(missing[0]), started)
+                _write_seed(conn, template, names, *missing[0])
+        for started, site in missing[1:]:
+            with store.engine.begin() as conn:     # a run a transaction: the SQLite WAL stays small
+                _write_night(conn, template, names, run_id(*missing[0]), started, site)
     finally:
         store.close()
-    return [run_id(started) for started in missing]
+    return [run_id(*w) for w in missing]
 
 
-def _run_row(template: Template, names: Sequence[str], started: dt.datetime) -> dict[str, Any]:
+def _run_row(template: Template, names: Sequence[str], started: dt.datetime, site: str) -> dict[str, Any]:
     took = (template.run["finished_at"] or template.run["started_at"]) - template.run["started_at"]
-    return {**template.run, "id": run_id(started), "started_at": started, "finished_at": started + took,
-            "status": "complete", "targets": list(names), "lease_expires_at": None, "batch": None}
+    return {**template.run, "id": run_id(started, site), "started_at": started, "finished_at": started + took,
+            "status": "complete", "targets": list(names), "lease_expires_at": None, "batch": None, "site": site}
 
 
-def _write_seed(conn: sa.Connection, template: Template, names: Sequence[str], started: dt.datetime) -> None:
+def _write_seed(conn: sa.Connection, template: Template, names: Sequence[str], started: dt.datetime,
+                site: str) -> None:
     """The template's rows for the first target, then copied to the others."""
-    seed, first = run_id(started), names[0]
-    conn.execute(runs.insert().values(_run_row(template, names, started)))
+    seed, first = run_id(started, site), names[0]
+    conn.execute(runs.insert().values(_run_row(template, names, started, site)))
     conn.execute(run_targets.insert().values({**template.target_status, "run_id": seed, "target": first}))
     if template.entries:
         conn.execute(run_entries.insert(), [{**row, "run_id": seed, "target": first} for row in template.entries])
@@ -205,9 +217,9 @@ def _write_seed(conn: sa.Connection, template: Template, names: Sequence[str], s
 
 
 def _write_night(conn: sa.Connection, template: Template, names: Sequence[str], seed: str,
-                 started: dt.datetime) -> None:
-    new = run_id(started)
-    conn.execute(runs.insert().values(_run_row(template, names, started)))
+                 started: dt.datetime, site: str) -> None:
+    new = run_id(started, site)
+    conn.execute(runs.insert().values(_run_row(template, names, started, site)))
     same_run = {"run_id": sa.literal(new)}
     _copy(conn, run_targets, run_targets.c.run_id == seed, same_run)
     _copy(conn, run_entries, run_entries.c.run_id == seed, same_run)
@@ -282,18 +294,29 @@ def bench_config(workdir: Path, url: str, names: Sequence[str]) -> Path:
     return path
 
 
-def commands(config: Path, out: Path, target: str) -> dict[str, list[str]]:
+def commands(config: Path, out: Path, target: str, newest_run: str) -> dict[str, list[str]]:
+    """Item 1 of issue 31: every command a fleet user runs daily, by the name the table prints."""
     prober = [sys.executable, "-m", "prober"]
     cfg = ["--config", str(config)]
+    history = [*prober, "history", "--metric", HISTORY_METRIC, "--target", target, "--since", "365d", *cfg]
     return {
         "report --since 30d": [*prober, "report", "--since", "30d", "--out", str(out / "report30"), *cfg],
         "report --since 365d": [*prober, "report", "--since", "365d", "--out", str(out / "report365"), *cfg],
-        f"history {HISTORY_METRIC} 365d": [*prober, "history", "--metric", HISTORY_METRIC, "--target", target,
-                                           "--since", "365d", *cfg],
+        f"history {HISTORY_METRIC} 365d": history,
+        f"history {HISTORY_METRIC} 365d --all": [*history, "--all"],
+        "show RUN": [*prober, "show", newest_run, *cfg],
+        # (one site's runs: a target probed from two sites has two series, compare wants one)
+        "compare --since 14d --until 7d": [*prober, "compare", "--target", target, "--since", "14d", "--until", "7d",
+                                           "--site", site_names(1)[0], *cfg],
         "post-run evaluation": [sys.executable, "-c", _EVALUATE, str(config)],
         "export csv --since 7d": [*prober, "export", "--format", "csv", "--since", "7d", "--out",
-                                  str(out / "csv"), *cfg],
+                                  str(out / "csv7"), *cfg],
+        "export csv --since 30d": [*prober, "export", "--format", "csv", "--since", "30d", "--out",
+                                   str(out / "csv30"), *cfg],
+        "export parquet --since 30d": [*prober, "export", "--format", "parquet", "--since", "30d", "--out",
+                                       str(out / "parquet30"), *cfg],
         "export prometheus": [*prober, "export", "--format", "prometheus", "--out", str(out / "prom"), *cfg],
+        "status": [*prober, "status", *cfg],
     }
 
 
@@ -309,6 +332,39 @@ def store_bytes(url: str) -> int:
         store.close()
 
 
+def plan_queries(newest_run: str, target: str, since: dt.datetime) -> dict[str, sa.Select[Any]]:
+    """The reads the window's commands repeat per run, as the store builds them: each must be an
+    index search, never a scan of samples or metrics."""
+    return {
+        "window runs (runs.started_at >= since)": sa.select(runs.c.id).where(runs.c.started_at >= since)
+        .order_by(runs.c.started_at, runs.c.id),
+        "a run's metrics of one target (report)": sa.select(metrics).where(metrics.c.run_id == newest_run,
+                                                                           metrics.c.target == target),
+        "a run's rows of one metric (history)": sa.select(metrics.c.value).where(metrics.c.run_id == newest_run,
+                                                                                 metrics.c.name == HISTORY_METRIC),
+        "a run's samples (export)": sa.select(samples).where(samples.c.run_id == newest_run),
+        "a run's sample counts (run header)": sa.select(samples.c.run_id, sa.func.count())
+        .where(samples.c.run_id == newest_run).group_by(samples.c.run_id),
+    }
+
+
+def explain_plans(url: str, newest_run: str, target: str) -> list[str]:
+    """EXPLAIN QUERY PLAN (SQLite) or EXPLAIN ANALYZE (PostgreSQL) of `plan_queries`, a line each."""
+    store = Store.open(url)
+    lines = []
+    try:
+        since = dt.datetime.now(dt.UTC) - dt.timedelta(days=30)
+        with store.engine.connect() as conn:
+            for what, query in plan_queries(newest_run, target, since).items():
+                sql = str(query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+                prefix = "EXPLAIN QUERY PLAN " if store.backend == "sqlite" else "EXPLAIN (ANALYZE, COSTS OFF) "
+                plan = [" ".join(str(part) for part in row[-1:]) for row in conn.exec_driver_sql(prefix + sql)]
+                lines.append(f"plan {what}: {' | '.join(plan)}")
+    finally:
+        store.close()
+    return lines
+
+
 @dataclass
 class Row:
     backend: str
@@ -319,51 +375,73 @@ class Row:
     cpu_s: float | None = None
 
 
+def _measured(backend: str, what: str, argv: Sequence[str], workdir: Path, note: str = "") -> Row:
+    found = measure(argv, workdir)
+    if found["exit"] not in (0, 1):
+        note = f"exit {found['exit']}: {found['stderr'].strip()[-200:]}"
+    elif what == "post-run evaluation":
+        inner = json.loads(found["stdout"].strip().splitlines()[-1])
+        note = (f"evaluation alone {inner['evaluate_s']:.2f} s, {inner['evaluate_cpu_s']:.2f} s CPU "
+                f"(after imports); {inner['checked']} checks, {inner['resets']} baseline resets")
+    elif what.startswith("prune"):
+        note = f"{note}; {found['stdout'].strip()[-160:]}"
+    print(f"{backend} {what}: {found['wall_s']:.2f} s, {found['cpu_s']:.2f} s CPU, {found['rss_mb']:.0f} MB {note}",
+          file=sys.stderr, flush=True)
+    return Row(backend, what, found["wall_s"], found["rss_mb"], note, found["cpu_s"])
+
+
 def bench_backend(backend: str, url: str, workdir: Path, nights: int, targets: int, template: Template,
-                  skip: Sequence[str] = ()) -> list[Row]:
+                  skip: Sequence[str] = (), sites: int = 2) -> list[Row]:
     names = target_names(targets)
     started = time.monotonic()
-    write_history(url, nights, targets, template)
+    written = write_history(url, nights, targets, template, sites=sites)
     rows = [Row(backend, "write history", time.monotonic() - started, None,
-                f"{nights} nights x {targets} targets")]
+                f"{nights} nights x {targets} targets x {sites} sites")]
     config = bench_config(workdir, url, names)
     out = workdir / f"out-{backend}"
-    for what, argv in commands(config, out, names[0]).items():
-        if any(what.startswith(prefix) for prefix in skip):
-            continue
-        found = measure(argv, workdir)
-        note = "" if found["exit"] in (0, 1) else f"exit {found['exit']}: {found['stderr'].strip()[-200:]}"
-        if what == "post-run evaluation" and not note:
-            inner = json.loads(found["stdout"].strip().splitlines()[-1])
-            note = (f"evaluation alone {inner['evaluate_s']:.2f} s, {inner['evaluate_cpu_s']:.2f} s CPU "
-                    f"(after imports); {inner['checked']} checks, {inner['resets']} baseline resets")
-        rows.append(Row(backend, what, found["wall_s"], found["rss_mb"], note, found["cpu_s"]))
-        print(f"{backend} {what}: {found['wall_s']:.2f} s, {found['cpu_s']:.2f} s CPU, {found['rss_mb']:.0f} MB {note}",
-              file=sys.stderr, flush=True)
+    newest = written[-1] if written else run_id(night_start(nights - 1, nights, dt.datetime.now(dt.UTC)))
+    for what, argv in commands(config, out, names[0], newest).items():
+        if not any(what.startswith(prefix) for prefix in skip):
+            rows.append(_measured(backend, what, argv, workdir))
+    for line in explain_plans(url, newest, names[0]):
+        print(f"{backend} {line}", file=sys.stderr, flush=True)
     size = store_bytes(url)
     rows.append(Row(backend, "store size", None, None, f"{size / 1e6:,.0f} MB, {size / 1e6 / nights:.2f} MB/night"))
-    pruned = measure([sys.executable, "-m", "prober", "prune", "--config", str(config)], workdir)
+    prune = [sys.executable, "-m", "prober", "prune", "--config", str(config)]
+    first = _measured(backend, "prune first (a year)", prune, workdir)
     after = store_bytes(url)
-    rows.append(Row(backend, "prune (default retention)", pruned["wall_s"], pruned["rss_mb"],
-                    f"{after / 1e6:,.0f} MB, {after / 1e6 / nights:.2f} MB/night"
-                    + ("" if pruned["exit"] == 0 else f"; exit {pruned['exit']}: {pruned['stderr'].strip()[-200:]}"),
-                    pruned["cpu_s"]))
-    return rows
+    first.note = f"{after / 1e6:,.0f} MB, {after / 1e6 / nights:.2f} MB/night" + first.note
+    # The next night's prune: one more night falls out of the default 14 days' samples.
+    nightly = _measured(backend, "prune nightly", [*prune, "--samples-older-than", "13d"], workdir)
+    return [*rows, first, nightly]
 
 
 def print_table(rows: Sequence[Row]) -> None:
-    print(f"{'backend':<10} {'what':<28} {'wall s':>8} {'CPU s':>7} {'peak MB':>8}  note")
+    print(f"{'backend':<10} {'what':<32} {'wall s':>8} {'CPU s':>7} {'peak MB':>8}  note")
     for row in rows:
         wall = "" if row.wall_s is None else f"{row.wall_s:8.2f}"
         cpu = "" if row.cpu_s is None else f"{row.cpu_s:7.2f}"
         rss = "" if row.rss_mb is None else f"{row.rss_mb:8.0f}"
-        print(f"{row.backend:<10} {row.what:<28} {wall:>8} {cpu:>7} {rss:>8}  {row.note}")
+        print(f"{row.backend:<10} {row.what:<32} {wall:>8} {cpu:>7} {rss:>8}  {row.note}")
+
+
+def closing_line(rows: Sequence[Row]) -> str:
+    """The benchmark's last line: the worst CPU seconds and peak memory over the commands of
+    issue 31's item 1 (every measured command but prune), the first prune's wall time and the
+    store size per night after it, each the largest over the backends."""
+    commands_run = [row for row in rows if row.cpu_s is not None and not row.what.startswith("prune")]
+    first_prunes = [row.wall_s or 0.0 for row in rows if row.what.startswith("prune first")]
+    per_night = [float(row.note.split(", ")[1].split()[0]) for row in rows if row.what.startswith("prune first")]
+    return (f"history-scale: worst_cpu_s={max((r.cpu_s or 0.0 for r in commands_run), default=0):.1f} "
+            f"worst_peak_mb={max((r.rss_mb or 0.0 for r in commands_run), default=0):.0f} "
+            f"prune_first_s={max(first_prunes, default=0):.1f} db_mb_per_night={max(per_night, default=0):.2f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nights", type=int, default=365)
     parser.add_argument("--targets", type=int, default=20)
+    parser.add_argument("--sites", type=int, default=2, help="sites probing every target each night")
     parser.add_argument("--backends", default="sqlite,postgresql", help="sqlite, postgresql or both")
     parser.add_argument("--template", help="store URL holding a complete nightly run (default: run one now)")
     parser.add_argument("--workdir", type=Path, help="keep the stores here (default: a temporary directory); "
@@ -371,8 +449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip", action="append", default=[], metavar="PREFIX",
                         help="leave out the commands whose row starts with this (e.g. report); repeatable")
     args = parser.parse_args(argv)
-    if args.nights < 1 or args.targets < 1:
-        parser.error("--nights and --targets must be at least 1")
+    if args.nights < 1 or args.targets < 1 or not 1 <= args.sites <= 26:
+        parser.error("--nights and --targets must be at least 1, --sites 1 to 26")
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not set(backends) <= {"sqlite", "postgresql"}:
         parser.error("--backends: sqlite, postgresql or both")
@@ -393,14 +471,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cluster = PostgresCluster()
                 cluster.start()
                 url = cluster.create_database("history_scale")
-            rows += bench_backend(backend, url, workdir, args.nights, args.targets, template, args.skip)
+            rows += bench_backend(backend, url, workdir, args.nights, args.targets, template, args.skip, args.sites)
     finally:
         if cluster is not None:
             cluster.stop()
     print_table(rows)
-    timed = [row.wall_s for row in rows if row.wall_s is not None and row.what not in ("write history",)]
-    per_night = [float(row.note.split(", ")[1].split()[0]) for row in rows if row.what.startswith("prune")]
-    print(f"history-scale: worst_s={max(timed, default=0):.1f} db_mb_per_night={max(per_night, default=0):.2f}")
+    print(closing_line(rows))
     return 0
 
 

@@ -4,7 +4,7 @@ to reports.collect, which renders them without importing alerting code."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,30 @@ class ReportVerdicts:
     rules: Sequence[SloRule]
     # None or disabled: no drift baselines, so no reset lines
     drift: DriftConfig | None = None
+
+    # The states of a target at a site, worst first: the order of the verdict table.
+    FAILED = "failed"
+    SLO_BROKEN = "SLO broken"
+    DRIFTING = "drifting"
+    NO_DATA = "no data"
+    HEALTHY = "healthy"
+    states = (FAILED, SLO_BROKEN, DRIFTING, NO_DATA, HEALTHY)
+
+    def target_state(self, status: str | None, slo_broken: bool, firing_kinds: Collection[str]) -> str:
+        """A target's state at a site: `status` its own status in its newest finished run (None:
+        no run in the window), `slo_broken` whether an SLO rule broke on that run's metrics,
+        `firing_kinds` the kinds ("slo", "drift") of its alerts firing now. A run that could not
+        complete outranks what its metrics say (it may have stored few); a broken SLO outranks a
+        drift, which only says the figure moved."""
+        if status is None:
+            return self.NO_DATA
+        if status in ("failed", "interrupted"):
+            return self.FAILED
+        if slo_broken or "slo" in firing_kinds:
+            return self.SLO_BROKEN
+        if "drift" in firing_kinds:
+            return self.DRIFTING
+        return self.HEALTHY
 
     def slo_checks(self, metric_rows: Sequence[dict[str, Any]], run_row: dict[str, Any]) -> list[SloCheck]:
         return check_run(self.rules, metric_rows, run_row)

@@ -282,7 +282,8 @@ def report(
             raise ConfigError(f"--batch {batch!r}: no run of this batch in {_url_shown(cfg.store.url)}")
         with collector_paused():       # (prober/core/collector.py: a third of a year's report was collections)
             window = load_window(store, start, target, batch=batch)     # read once: the report and its run pages
-            collected = collect(store, verdicts, start, target, window=window, batch=batch)
+            collected = collect(store, verdicts, start, target, window=window, batch=batch,
+                                expected=list(cfg.targets))
             path = write_site(store, verdicts, collected, out_dir, window) if fmt == "html" else None
     finally:
         store.close()
@@ -290,6 +291,26 @@ def report(
     broken = sum(1 for section in collected.sections for _, result in section.slo_results if result.broken)
     err.print(f"{len(collected.sections)} target/suite section(s), {broken} SLO result(s) broken")
     out.print(escape(str(path)), soft_wrap=True)
+
+
+@app.command()
+def status(
+    since: Annotated[str, typer.Option("--since", help="runs started within this period (30d, 12h, 2w, 90m) "
+                                       "or since a date (2026-01-31)")] = "30d",
+    target: Annotated[str | None, typer.Option("--target", "-t", help="only this target")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="the rows as a JSON array, for scripts")] = False,
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Print the verdict per target and site (healthy, SLO broken, drifting, failed, no data),
+    since which run, and why: the table every report opens with. Exit 0 when every target is
+    healthy, 1 otherwise.
+
+    Example: prober status --json | jq '.[] | select(.state != "healthy")'
+    """
+    from prober.commands.status import status_command
+
+    raise typer.Exit(status_command(_config(config, db), out, err, since, target, as_json))
 
 
 @app.command()

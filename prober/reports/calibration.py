@@ -63,10 +63,11 @@ class Calibration:
         return Overhead(at_or_above[0] if at_or_above else levels[-1][1], self.run_id)
 
 
-def host_calibration(store: Store, run_id: str) -> Calibration | None:
+def host_calibration(store: Store, run_id: str, run: dict[str, Any] | None = None) -> Calibration | None:
     """The newest complete calibration of the host that made `run_id`, started no later than that
-    run (the nightly suite calibrates first); else the host's newest. None when the host has none."""
-    run = store.get_run(run_id)
+    run (the nightly suite calibrates first); else the host's newest. None when the host has none.
+    `run`: the run's row when the caller read it already (a run's header counts its samples)."""
+    run = run if run is not None else store.get_run(run_id)
     if run is None or run.get("suite") == CALIBRATION_SUITE:
         return None
     candidates = [r for r in store.list_runs(limit=_SEARCHED_RUNS, suite=CALIBRATION_SUITE, counts=False)

@@ -24,7 +24,7 @@ import hashlib
 import math
 import re
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, overload
 
@@ -32,10 +32,11 @@ from prober.core.config import SloRule
 from prober.core.durations import parse_duration
 from prober.core.errors import ConfigError
 from prober.core.records import labels_key, utcnow
-from prober.reports.calibration import Overhead, host_calibration
+from prober.reports.calibration import CALIBRATION_SUITE, Overhead, host_calibration
 from prober.reports.examples import Example, pick_examples
 from prober.reports.plots import MetricSeries, Plot, Point, point, suite_plots, trend_plots
 from prober.reports.run_lines import provenance_lines
+from prober.reports.verdict_table import VerdictRow, verdict_rows
 from prober.store import Store
 
 # Runs of a target and suite read row by row and drawn one point each: two weeks of nightly runs.
@@ -82,6 +83,22 @@ class Verdicts(Protocol):
     def baseline_resets(self, store: Store, run: dict[str, Any], target: str) -> list[str]:
         """The "baseline reset: ..." lines of `run`'s entries on `target`."""
         ...
+
+    # A target's state at a site (prober/reports/verdict_table.py), its names and their order
+    @property
+    def FAILED(self) -> str: ...
+    @property
+    def SLO_BROKEN(self) -> str: ...
+    @property
+    def DRIFTING(self) -> str: ...
+    @property
+    def NO_DATA(self) -> str: ...
+    @property
+    def HEALTHY(self) -> str: ...
+    @property
+    def states(self) -> Sequence[str]: ...
+
+    def target_state(self, status: str | None, slo_broken: bool, firing_kinds: Collection[str]) -> str: ...
 
 
 @dataclass
@@ -191,6 +208,8 @@ class Report:
     run: RunInfo | None = None
     # the scheduled night the report is about (`prober report --batch`): all its runs, every site
     batch: str | None = None
+    # what every page opens with: one row per target and site (prober/reports/verdict_table.py)
+    verdicts: list[VerdictRow] = field(default_factory=list)
 
 
 def _series_key(row: dict[str, Any]) -> tuple[str, str, str]:
@@ -357,19 +376,30 @@ def _summaries(store: Store, periods_of: dict[tuple[str, str, str], list[_Period
     return found
 
 
+def _detail_runs(runs: list[RunInfo], latest_only: bool) -> list[RunInfo]:
+    """The runs read row by row: the newest DETAIL_RUNS, or only those from the newest complete
+    run on (the one a section judges, `_latest_run`)."""
+    if not latest_only:
+        return runs[-DETAIL_RUNS:]
+    complete = [index for index, run in enumerate(runs) if run.complete]
+    return runs[complete[-1]:] if complete else runs[-1:]
+
+
 def load_window(store: Store, since: dt.datetime | None = None, target: str | None = None,
-                suite: str | None = None, *, site: str | None = None, batch: str | None = None) -> Window:
+                suite: str | None = None, *, site: str | None = None, batch: str | None = None,
+                latest_only: bool = False) -> Window:
     """Read the window's history (of one site's or one batch's runs where given): which runs
     stored metrics of which target, the rows of each section's newest DETAIL_RUNS runs, and the
-    summaries of the older ones. A section is a target and suite as probed from one site."""
+    summaries of the older ones. A section is a target and suite as probed from one site.
+    `latest_only`: the rows of each section's latest run only, no summaries (`prober status`
+    judges the latest runs and draws no trend)."""
     runs_of: dict[tuple[str, str, str], list[RunInfo]] = defaultdict(list)
     for pair in store.metric_runs(since=since, target=target, suite=suite, site=site, batch=batch):
         runs_of[(pair["target"], pair["suite"], pair["run_site"] or "")].append(
             RunInfo(pair["run_id"], pair["run_started_at"], pair["run_status"]))
     sections = {}
     for (target_name, suite_name, site_name), runs in runs_of.items():
-        detail = runs[-DETAIL_RUNS:]
-        order = {run.id: (i, run) for i, run in enumerate(detail)}
+        order = {run.id: (i, run) for i, run in enumerate(_detail_runs(runs, latest_only))}
         rows = store.metrics_of_runs(list(order), target_name)
         for row in rows:
             run = order[row["run_id"]][1]
@@ -377,7 +407,8 @@ def load_window(store: Store, since: dt.datetime | None = None, target: str | No
             row[_SERIES] = _series_key(row)
         rows.sort(key=lambda row: order[row["run_id"]][0])      # stable: each run's rows keep their order
         sections[(target_name, suite_name, site_name)] = SectionHistory(target_name, suite_name, site_name, runs, rows)
-    summaries = _summaries(store, {key: _periods(history.runs[:-DETAIL_RUNS]) for key, history in sections.items()})
+    summaries = _summaries(store, {key: [] if latest_only else _periods(history.runs[:-DETAIL_RUNS])
+                                   for key, history in sections.items()})
     for key, history in sections.items():
         history.summaries = summaries[key]
     return Window(since, target, sections)
@@ -462,7 +493,7 @@ def _provenance(store: Store, window: Window, run_id: str, target: str, verdicts
 
 
 def _section(store: Store, verdicts: Verdicts, window: Window, history: SectionHistory,
-             firing: list[FiringAlert], latest_id: str | None = None) -> Section:
+             firing: list[FiringAlert], latest_id: str | None = None, examples: bool = True) -> Section:
     target, suite, runs, rows = history.target, history.suite, history.runs, history.rows
     latest = next(r for r in runs if r.id == latest_id) if latest_id else _latest_run(runs)
     latest_rows = [row for row in rows if row["run_id"] == latest.id]
@@ -477,8 +508,9 @@ def _section(store: Store, verdicts: Verdicts, window: Window, history: SectionH
             recent[_series_key(row)].append(row.get("value"))
     page = latest_id is not None
     # sample outputs: the report's, from each section's latest run (a run's page reads no samples)
-    examples = [] if page else pick_examples(store.samples(latest.id, target=target))
-    calibration = window.lookup("calibration", latest.id, lambda run_id: host_calibration(store, run_id))
+    picked = [] if page or not examples else pick_examples(store.samples(latest.id, target=target))
+    calibration = window.lookup("calibration", latest.id, lambda run_id: host_calibration(
+        store, run_id, window.lookup("run", run_id, store.get_run)))
     probes = []
     for probe in dict.fromkeys(row["probe"] for row in latest_rows):
         probe_rows = [row for row in latest_rows if row["probe"] == probe]
@@ -497,7 +529,7 @@ def _section(store: Store, verdicts: Verdicts, window: Window, history: SectionH
                                   else None) for row in probe_rows],
             plots=suite_plots(probe, probe_rows, probe_history),
             trends=trends,
-            examples=[e for e in examples if e.probe == probe],
+            examples=[e for e in picked if e.probe == probe],
             alerting_metrics=[plot.title for plot in trends if plot.title in alerting]))
     provenance, resets = _provenance(store, window, latest.id, target, verdicts, page)
     return Section(target=target, suite=suite, runs=runs, latest_run=latest, probes=probes, firing=firing,
@@ -515,13 +547,18 @@ def _anchor_keys(keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, s
 
 def collect(store: Store, verdicts: Verdicts, since: dt.datetime | None = None,
             target: str | None = None, run_id: str | None = None, window: Window | None = None,
-            batch: str | None = None) -> Report:
+            batch: str | None = None, expected: Sequence[str] = (), examples: bool = True) -> Report:
     """The report over the runs started since `since` (all runs when None), for one target or all,
     a section per target, suite and site; with `batch`, over that batch's runs only.
 
     With `run_id`, the page of that run: a section per target it stored metrics for, with that run
     as the latest and the history up to it (ConfigError when there is no such run). `window` is
-    the window's history when it was read already (load_window with the same since and target)."""
+    the window's history when it was read already (load_window with the same since and target).
+
+    The report over the window opens with its verdict table (`Report.verdicts`), a row per target
+    and site, `expected` (the configured targets) among them with no data where they have no run;
+    a run's page gets none (prober/reports/site.py gives it the report's). `examples`: False
+    leaves the sample outputs out (`prober status` shows only the verdicts)."""
     run: RunInfo | None = None
     suite: str | None = None
     site: str | None = None
@@ -555,10 +592,14 @@ def collect(store: Store, verdicts: Verdicts, since: dt.datetime | None = None,
             firing[key].append(shown)
         every_firing.append(shown)
     sections = []
-    for key, history in sorted(histories.items()):
+    # the calibration of the client comes last: it qualifies the latency figures, it is no verdict
+    for key, history in sorted(histories.items(), key=lambda item: (item[0][1] == CALIBRATION_SUITE, item[0])):
         section = _section(store, verdicts, window, history, firing[key],
-                           latest_id=run.id if run is not None else None)
+                           latest_id=run.id if run is not None else None, examples=examples)
         section.site, section.anchor = key[2], names[anchor_keys[key]]
         sections.append(section)
-    return Report(generated_at=utcnow(), since=since, target=target, store_url=store.url, sections=sections,
-                  firing=every_firing, run=run, batch=batch)
+    report = Report(generated_at=utcnow(), since=since, target=target, store_url=store.url, sections=sections,
+                    firing=every_firing, run=run, batch=batch)
+    if run is None:
+        report.verdicts = verdict_rows(store, verdicts, report, expected)
+    return report

@@ -1,10 +1,12 @@
 """`prober export --format csv|parquet`: samples and metrics as tables for pandas, spreadsheets and
 warehouses. One file each: samples.<ext> and metrics.<ext>, with the run's suite on every row.
 Written without pandas, which the core install leaves out: CSV by the csv module, Parquet by
-pyarrow (the parquet extra).
+pyarrow (the parquet extra). Both stream: rows are read a run at a time and written as they come
+(Parquet in row groups of PARQUET_BATCH_ROWS, its schema fixed from the store's column kinds), so
+memory holds a batch whatever the window (a month of a fleet's samples is gigabytes as objects).
 
 JSON columns (labels, usage, request bodies, ...) are written as JSON text: their keys differ from
-row to row, and text reads back the same from CSV and Parquet alike (`json.loads` it). CSV gets
+row to row, and text reads back the same from CSV and Parquet alike (`json.loads` it). Both get
 the samples' JSON text as stored (a week of a fleet's samples is half a million JSON cells: they
 are not decoded to be encoded again).
 Timestamps are UTC, timezone-aware.
@@ -40,16 +42,6 @@ def spreadsheet_safe(value: Any) -> Any:
     return value
 
 
-def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    """The rows as columns (every key of every row, first seen first), JSON columns as JSON text."""
-    names = dict.fromkeys(key for row in rows for key in row)
-    columns = {name: [row.get(name) for row in rows] for name in names}
-    for name, values in columns.items():
-        if any(isinstance(value, (dict, list)) for value in values):
-            columns[name] = [None if value is None else json.dumps(value, sort_keys=True) for value in values]
-    return columns
-
-
 def _csv_cell(value: Any) -> Any:
     # An empty cell for both None and NaN, as pandas writes and reads them.
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -57,11 +49,54 @@ def _csv_cell(value: Any) -> Any:
     return spreadsheet_safe(value)
 
 
-def _write_parquet(columns: dict[str, list[Any]], path: Path) -> None:
+# Rows per Parquet row group: a few MB of samples in memory at a time, however long the window.
+PARQUET_BATCH_ROWS = 2000
+
+
+def _arrow_schema(kinds: dict[str, str]) -> Any:
+    """The file's schema from the store's column kinds, fixed before the first row (a batch whose
+    column happens to be all None must not make it a column of nulls)."""
+    import pyarrow as pa
+
+    types = {"text": pa.string(), "json": pa.string(), "int": pa.int64(), "float": pa.float64(),
+             "bool": pa.bool_(), "time": pa.timestamp("us", tz="UTC")}
+    return pa.schema([(name, types[kind]) for name, kind in kinds.items()])
+
+
+def _json_text(value: Any) -> Any:
+    """A JSON column's cell as JSON text: read as text already (json_text) or decoded (metrics)."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True)
+
+
+def _stream_parquet(rows: Iterable[dict[str, Any]], kinds: dict[str, str], path: Path) -> None:
+    """Rows to Parquet a row group at a time: memory holds one batch, not the window."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table(columns), path)
+    schema = _arrow_schema(kinds)
+    json_names = {name for name, kind in kinds.items() if kind == "json"}
+
+    def write(writer: Any, batch: list[dict[str, Any]]) -> None:
+        # column by column: a list per column and one pyarrow conversion each, not a call per cell
+        arrays = []
+        for field in schema:
+            values = [row.get(field.name) for row in batch]
+            if field.name in json_names:
+                values = [value if value is None or isinstance(value, str) else _json_text(value) for value in values]
+            arrays.append(pa.array(values, type=field.type))
+        writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
+
+    with pq.ParquetWriter(path, schema) as writer:
+        batch: list[dict[str, Any]] = []
+        for row in rows:
+            batch.append(row)
+            if len(batch) >= PARQUET_BATCH_ROWS:
+                write(writer, batch)
+                batch = []
+        if batch:
+            write(writer, batch)
 
 
 def _csv_row(row: dict[str, Any], names: list[str]) -> list[Any]:
@@ -102,14 +137,13 @@ def export_tables(store: Store, fmt: str, out_dir: Path, *, since: dt.datetime |
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     tables: tuple[tuple[str, Callable[[], Iterable[dict[str, Any]]]], ...] = (
-        ("samples", lambda: store.iter_sample_history(since=since, run_id=run_id, target=target,
-                                                         json_text=fmt == "csv")),
-        ("metrics", lambda: store.metric_history(since=since, run_id=run_id, target=target)))
+        ("samples", lambda: store.iter_sample_history(since=since, run_id=run_id, target=target, json_text=True)),
+        ("metrics", lambda: store.iter_metric_history(since=since, run_id=run_id, target=target)))
     for name, read in tables:
         path = out_dir / f"{name}.{fmt}"
         if fmt == "csv":
             _stream_csv(read(), path)
         else:
-            _write_parquet(_columns(list(read())), path)
+            _stream_parquet(read(), store.history_columns(name), path)
         written.append(path.resolve())
     return written

@@ -15,9 +15,10 @@ import jinja2
 from markupsafe import Markup, escape
 
 from prober.core.stats import FLAG_NOTES, PERCENTILE_INTERVAL_NOTE
-from prober.reports.collect import DETAIL_RUNS, FiringAlert, LatestMetric, Report, run_page_name
+from prober.reports.collect import DETAIL_RUNS, FiringAlert, LatestMetric, Report, run_page_name, slug
 from prober.reports.plots import label_text
 from prober.reports.svg import fmt, interval_text, render
+from prober.reports.verdict_table import VerdictRow
 
 if TYPE_CHECKING:
     from prober.reports.site import SiteIndex
@@ -71,14 +72,16 @@ _ENV.globals["flag_notes"] = FLAG_NOTES
 _ENV.globals["percentile_note"] = PERCENTILE_INTERVAL_NOTE
 _ENV.globals["detail_runs"] = DETAIL_RUNS
 _ENV.filters["page"] = run_page_name
+_ENV.filters["slug"] = slug
 _ENV.filters["utc"] = lambda when: "-" if when is None else when.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def render_html(report: Report, root: str = "") -> str:
     """A report page; `root` leads from where the page is written to the site's top directory
     (prober/reports/site.py), whose index.html, latest.html and runs/ the page links to."""
-    return _ENV.get_template("report.html.j2").render(report=report, firing=report.firing, root=root)
+    return _ENV.get_template("report.html.j2").render(report=report, firing=report.firing, root=root,
+                                                      verdicts=report.verdicts)
 
 
-def render_index(index: SiteIndex, firing: Sequence[FiringAlert]) -> str:
-    return _ENV.get_template("index.html.j2").render(index=index, firing=firing, root="")
+def render_index(index: SiteIndex, firing: Sequence[FiringAlert], verdicts: Sequence[VerdictRow] = ()) -> str:
+    return _ENV.get_template("index.html.j2").render(index=index, firing=firing, root="", verdicts=verdicts)

@@ -139,9 +139,23 @@ def _section(section: Section) -> list[str]:
     return lines
 
 
+def _verdict_table(report: Report) -> list[str]:
+    """The answer first: one row per target and site, and the `prober samples` line behind it."""
+    if not report.verdicts:
+        return []
+    lines = ["| target | site | state | since run | metric | value and change | requests |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for row in report.verdicts:
+        since = f"{text(row.since_run)} ({_utc(row.since_at)})" if row.since_run else ""
+        requests = f"`{text(row.samples_command)}`" if row.samples_command else ""
+        lines.append(f"| {text(row.target)} | {text(row.site)} | **{text(row.state)}** | {since} | "
+                     f"{text(row.metric)} | {text(row.change)} | {requests} |")
+    return [*lines, ""]
+
+
 def render_markdown(report: Report) -> str:
     window = f"since {_utc(report.since)}" if report.since else "at any time"
-    lines = ["# prober report", "",
+    lines = ["# prober report", "", *_verdict_table(report),
              f"Generated {_utc(report.generated_at)} from {text(report.store_url)}; runs started {window}"
              + (f", target {text(report.target)}" if report.target else "")
              + (f", batch {text(report.batch)} (every site and shard)" if report.batch else "") + ".", ""]

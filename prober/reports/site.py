@@ -103,6 +103,7 @@ def write_site(store: Store, verdicts: Verdicts, report: Report, out_dir: Path, 
     for run in paged:
         page = collect(store, verdicts, since, target, run_id=run["id"], window=window, batch=batch)
         page.firing = report.firing      # the banner links to the full report's anchors
+        page.verdicts = report.verdicts  # every page opens with the verdict of now
         written.add(run_page_name(run["id"]))
         _write(pages / run_page_name(run["id"]), render_html(page, root="../"))
     for stale in pages.glob("*.html"):   # runs that left the window or the newest: the index no longer links them
@@ -110,5 +111,6 @@ def write_site(store: Store, verdicts: Verdicts, report: Report, out_dir: Path, 
             stale.unlink()
     _write(out_dir / "latest.html", render_html(report))
     index = out_dir / "index.html"
-    _write(index, render_index(site_index(report, runs, {run["id"] for run in paged}), report.firing))
+    _write(index, render_index(site_index(report, runs, {run["id"] for run in paged}), report.firing,
+                                    report.verdicts))
     return index.resolve()

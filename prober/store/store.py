@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from prober.core.errors import ConfigError
 from prober.core.records import Metric, Run, SampleRow, completed_targets, utcnow
 from prober.core.redact import redact_text, redact_value
+from prober.store.coltypes import UTCDateTime
 from prober.store.engine import open_engine, redacted, write_transaction
 from prober.store.errors import translating_errors
 from prober.store.migrations import migrate
@@ -577,6 +578,16 @@ class Store:
 
         `run_status` is the row's target's own status in the run where one was recorded: in a run
         where another target failed, this target's metrics are those of a complete run."""
+        return list(self.iter_metric_history(since=since, target=target, suite=suite, name=name, run_id=run_id,
+                                             statuses=statuses, site=site, batch=batch, pairs=pairs))
+
+    def iter_metric_history(self, *, since: dt.datetime | None = None, target: str | None = None,
+                            suite: str | None = None, name: str | None = None, run_id: str | None = None,
+                            statuses: Sequence[str] | None = None, site: str | None = None,
+                            batch: str | None = None,
+                            pairs: Mapping[tuple[str, str, str], str] | None = None) -> Iterator[dict[str, Any]]:
+        """As `metric_history`, a run at a time (with `since`): an export of a month of a fleet's
+        metrics never holds them all."""
         own_status = sa.func.coalesce(run_targets.c.status, runs.c.status)
         query = (sa.select(metrics, runs.c.suite, runs.c.started_at.label("run_started_at"),
                            runs.c.finished_at.label("run_finished_at"), own_status.label("run_status"),
@@ -592,12 +603,12 @@ class Store:
             query = query.where(metrics.c.name == name)
         if pairs is not None:
             if not pairs:
-                return []
+                return
             query = query.where(sa.or_(*(sa.and_(metrics.c.run_id == run, metrics.c.target == target_name)
                                          for (target_name, _, _), run in pairs.items())))
         with self._engine.connect() as conn:
             # One metric's rows, run by run (through the run-and-name index), even over all history.
-            return _read_window(conn, query, metrics, since, every_run=name is not None)
+            yield from _iter_window(conn, query, metrics, since, every_run=name is not None)
 
     def metric_runs(self, *, since: dt.datetime | None = None, target: str | None = None,
                     suite: str | None = None, site: str | None = None,
@@ -677,6 +688,17 @@ class Store:
         """Sample rows across runs, oldest run first, each with its run's `suite` and `run_site`."""
         return list(self.iter_sample_history(since=since, target=target, suite=suite, run_id=run_id))
 
+    @staticmethod
+    def history_columns(table: str) -> dict[str, str]:
+        """The columns `iter_sample_history` ("samples") or `iter_metric_history` ("metrics") yield,
+        in order, each with its kind: text, int, float, bool, time (UTC) or json. An export that
+        streams fixes its file's schema from these before it reads a row."""
+        joined = {"samples": {"suite": "text", "run_site": "text"},
+                  "metrics": {"suite": "text", "run_started_at": "time", "run_finished_at": "time",
+                              "run_status": "text", "run_site": "text", "run_batch": "text"}}[table]
+        return {**{column.name: _kind(column.type) for column in (samples if table == "samples" else metrics).columns},
+                **joined}
+
     def iter_sample_history(self, *, since: dt.datetime | None = None, target: str | None = None,
                             suite: str | None = None, run_id: str | None = None,
                             json_text: bool = False) -> Iterator[dict[str, Any]]:
@@ -703,6 +725,17 @@ class Store:
                             if text is not None and text[:1] not in ("{", "["):
                                 row[names[index]] = json.loads(text)
                         yield row
+
+
+def _kind(column_type: sa.types.TypeEngine[Any]) -> str:
+    if isinstance(column_type, sa.types.JSON):
+        return "json"
+    if isinstance(column_type, UTCDateTime):
+        return "time"
+    for kind, types in (("bool", sa.Boolean), ("int", sa.Integer), ("float", sa.Float)):
+        if isinstance(column_type, types):
+            return kind
+    return "text"
 
 
 def _is_json(table: sa.Table, name: str) -> bool:
@@ -733,17 +766,18 @@ def _json_decoded(names: Sequence[str], rows: Iterable[Sequence[Any]], table: sa
         yield row
 
 
-def _read_window(conn: sa.Connection, query: sa.Select[Any], table: sa.Table,
-                 since: dt.datetime | None, every_run: bool = False) -> list[dict[str, Any]]:
+def _iter_window(conn: sa.Connection, query: sa.Select[Any], table: sa.Table,
+                 since: dt.datetime | None, every_run: bool = False) -> Iterator[dict[str, Any]]:
     """The rows of `query` (ordered by run start, run id, then row). With `since`: the window's runs
     first (index on start time), then each run's rows by run id. One query joining the window to
     the table leaves the plan to the database, and PostgreSQL scans the whole table whenever it
     guesses the window holds a tenth of it; run by run, every read is an index lookup. `every_run`:
     run by run over all history too (a few rows of each run are wanted)."""
     if since is None and not every_run:
-        return [dict(row._mapping) for row in conn.execute(query)]
-    return [dict(row._mapping) for run_id in _window_runs(conn, since)
-            for row in conn.execute(query.where(table.c.run_id == run_id))]
+        yield from (dict(row._mapping) for row in conn.execute(query))
+        return
+    for run_id in _window_runs(conn, since):
+        yield from (dict(row._mapping) for row in conn.execute(query.where(table.c.run_id == run_id)))
 
 
 def _window_runs(conn: sa.Connection, since: dt.datetime | None) -> list[str]:

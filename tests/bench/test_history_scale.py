@@ -1,6 +1,7 @@
-"""The history benchmark in reduced size (one month, 5 targets): the commands that read history
-read what their window holds through indexes, so their work does not grow when the history
-outside the window doubles, and the commands that need only metrics read no sample's content.
+"""The history benchmark in reduced size (one month, 5 targets, 2 sites): the commands that read
+history read what their window holds through indexes, so their work does not grow when the
+history outside the window doubles, and the commands that need only metrics read no sample's
+content; and the streaming exports' memory does not grow with their window (7 days against 30).
 
 Work is counted, not timed (the machine is shared): on SQLite the virtual-machine steps of every
 statement (sqlite3's progress handler, one call per 100 steps), on PostgreSQL the rows the server
@@ -34,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import history_scale as bench
 
-NIGHTS, TARGETS = 30, 5
+NIGHTS, TARGETS, SITES = 30, 5, 2
 END = dt.datetime.now(dt.UTC)
 # Work after the out-of-window history doubled, over the work before: flat, with room for reading
 # the runs table (a run row and its targets' statuses a night) that some commands list. One night's
@@ -74,7 +75,25 @@ def _commands(config: Path, out: Path) -> dict[str, Callable[[], None]]:
         finally:
             store.close()
 
+    def newest_run() -> str:
+        store = Store.open(load_config(config).store.url)
+        try:
+            return str(store.list_runs(limit=1, suite="nightly", counts=False)[0]["id"])
+        finally:
+            store.close()
+
+    def show() -> None:
+        cli("show", newest_run())()
+
     return {
+        "show RUN": show,
+        "compare --since 14d --until 7d": cli("compare", "--target", "t00", "--since", "14d", "--until", "7d",
+                                              "--site", bench.site_names(1)[0]),
+        "status": cli("status", "--since", "7d"),
+        "history --all --since 7d": cli("history", "--metric", "ttft_p50_ms", "--target", "t00", "--since", "7d",
+                                        "--all"),
+        "export parquet --since 7d": cli("export", "--format", "parquet", "--since", "7d", "--out",
+                                         str(out / "parquet")),
         "export prometheus": cli("export", "--format", "prometheus", "--out", str(out / "prom")),
         "export csv --since 7d": cli("export", "--format", "csv", "--since", "7d", "--out", str(out / "csv")),
         "history --since 7d": cli("history", "--metric", "ttft_p50_ms", "--target", "t00", "--since", "7d"),
@@ -129,24 +148,29 @@ def sqlite_work() -> Iterator[SqliteWork]:
 
 # Columns that only count a run's samples (`prober runs`, a run's header): index-only reads.
 COUNTING = {"run_id", "error_type", "target"}
-METRICS_ONLY = ("export prometheus", "history --since 7d", "history --since 365d", "post-run evaluation")
+METRICS_ONLY = ("export prometheus", "history --since 7d", "history --since 365d", "post-run evaluation",
+                "show RUN", "compare --since 14d --until 7d", "status", "history --all --since 7d")
+# Every command whose window is inside the month: its work must not grow with the older history.
+WINDOWED = ("export prometheus", "export csv --since 7d", "export parquet --since 7d", "history --since 7d",
+            "history --all --since 7d", "report --since 7d (json)", "report --since 7d (html)", "post-run evaluation",
+            "show RUN", "compare --since 14d --until 7d", "status")
 
 
 @pytest.mark.unit
 def test_sqlite_commands_read_only_their_window(tmp_path: Path, sqlite_work: SqliteWork) -> None:
     url = f"sqlite:///{tmp_path / 'history.db'}"
     template = _template(tmp_path)
-    assert len(bench.write_history(url, NIGHTS, TARGETS, template, end=END)) == NIGHTS
+    assert len(bench.write_history(url, NIGHTS, TARGETS, template, end=END, sites=SITES)) == NIGHTS * SITES
     commands = _commands(_config(tmp_path, url), tmp_path / "out")
     commands["post-run evaluation"]()   # its alerts exist from now on: both measurements update them
     before = {name: sqlite_work.measure(command) for name, command in commands.items()}
 
-    assert len(bench.write_history(url, 2 * NIGHTS, TARGETS, template, end=END)) == NIGHTS   # older nights
+    older = bench.write_history(url, 2 * NIGHTS, TARGETS, template, end=END, sites=SITES)
+    assert len(older) == NIGHTS * SITES                                                     # older nights
     after = {name: sqlite_work.measure(command) for name, command in commands.items()}
 
-    for name in ("export prometheus", "export csv --since 7d", "history --since 7d", "report --since 7d (json)",
-                 "report --since 7d (html)", "post-run evaluation"):
-        allowed = FLAT * before[name][0] + STEPS_PER_RUN_ROW * NIGHTS
+    for name in WINDOWED:
+        allowed = FLAT * before[name][0] + STEPS_PER_RUN_ROW * NIGHTS * SITES
         assert after[name][0] <= allowed, (name, before[name][0], after[name][0])
     for name in METRICS_ONLY:
         assert after[name][1] <= COUNTING, (name, sorted(after[name][1]))
@@ -183,7 +207,7 @@ def _rows_read(url: str) -> dict[str, int]:
 def test_postgresql_commands_read_only_their_window(tmp_path: Path, postgres_url: str) -> None:
     url = create_database(postgres_url, "history_scale")
     template = _template(tmp_path)
-    bench.write_history(url, NIGHTS, TARGETS, template, end=END)
+    bench.write_history(url, NIGHTS, TARGETS, template, end=END, sites=SITES)
     commands = _commands(_config(tmp_path, url), tmp_path / "out")
     commands["post-run evaluation"]()
 
@@ -197,13 +221,47 @@ def test_postgresql_commands_read_only_their_window(tmp_path: Path, postgres_url
         return found
 
     before = measure()
-    bench.write_history(url, 2 * NIGHTS, TARGETS, template, end=END)
+    bench.write_history(url, 2 * NIGHTS, TARGETS, template, end=END, sites=SITES)
     after = measure()
     one_run_samples = len(template.samples) * TARGETS
-    for name in ("export prometheus", "export csv --since 7d", "history --since 7d", "report --since 7d (json)",
-                 "report --since 7d (html)", "post-run evaluation"):
+    for name in WINDOWED:
         for table in ("samples", "metrics"):
             assert after[name][table] <= FLAT * before[name][table] + 50, (name, table, before[name], after[name])
     for name in METRICS_ONLY:
-        # at most the newest run's samples, counted (a run's header), never the history's
-        assert after[name]["samples"] <= one_run_samples, (name, after[name])
+        # at most the newest run's samples of each site, counted (a run's header), never the history's
+        assert after[name]["samples"] <= one_run_samples * SITES, (name, after[name])
+
+
+# --- the streaming exports: memory flat in the window --------------------------------------------
+
+# Peak memory of an export over the month against over a week (four times the samples): the same
+# within this share. Holding the month's rows would add more than the interpreter and pyarrow weigh.
+SAME_MEMORY = 1.20
+
+
+def _export_peaks(tmp_path: Path, url: str) -> dict[str, tuple[float, float]]:
+    config = _config(tmp_path, url)
+    peaks = {}
+    for fmt in ("csv", "parquet"):
+        found = [bench.measure([sys.executable, "-m", "prober", "export", "--format", fmt, "--since", since,
+                                "--out", str(tmp_path / f"{fmt}-{since}"), "--config", str(config)], tmp_path)
+                 for since in ("7d", "30d")]
+        assert all(run["exit"] == 0 for run in found), [run["stderr"] for run in found]
+        peaks[fmt] = (found[0]["rss_mb"], found[1]["rss_mb"])
+    return peaks
+
+
+@pytest.mark.unit
+def test_sqlite_export_memory_is_flat_in_the_window(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    bench.write_history(url, NIGHTS, TARGETS, _template(tmp_path), end=END, sites=SITES)
+    for fmt, (week, month) in _export_peaks(tmp_path, url).items():
+        assert month <= SAME_MEMORY * week, (fmt, week, month)
+
+
+@pytest.mark.infra
+def test_postgresql_export_memory_is_flat_in_the_window(tmp_path: Path, postgres_url: str) -> None:
+    url = create_database(postgres_url, "history_export")
+    bench.write_history(url, NIGHTS, TARGETS, _template(tmp_path), end=END, sites=SITES)
+    for fmt, (week, month) in _export_peaks(tmp_path, url).items():
+        assert month <= SAME_MEMORY * week, (fmt, week, month)

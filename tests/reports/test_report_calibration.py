@@ -7,6 +7,7 @@ import datetime as dt
 
 import pytest
 
+from prober.alerting.verdicts import ReportVerdicts
 from prober.core.records import Metric, Run
 from prober.reports.calibration import host_calibration
 from prober.reports.collect import collect
@@ -17,14 +18,6 @@ from prober.store import Store
 pytestmark = pytest.mark.unit
 
 START = dt.datetime(2026, 11, 30, 2, 0, tzinfo=dt.UTC)
-
-
-class _NoVerdicts:
-    def slo_checks(self, metric_rows, run_row):
-        return []
-
-    def baseline_resets(self, store, run, target):
-        return []
 
 
 def _run(store: Store, run_id: str, suite: str, host: str, minutes: int, target: str,
@@ -73,7 +66,7 @@ def test_the_hosts_latest_calibration_applies_by_percentile_and_level(store):
 
 
 def test_the_report_shows_the_overhead_and_marks_a_figure_it_is_over_10_percent_of(store):
-    report = collect(store, _NoVerdicts())
+    report = collect(store, ReportVerdicts([]))   # no rules, no drift: no verdicts to draw
     (section,) = [s for s in report.sections if s.suite == "latency"]
     shown = {(m.name, m.labels["concurrency"]): m for p in section.probes for m in p.metrics}
     assert shown[("ttft_p50_ms", 16)].overhead.value_ms == 4.0

@@ -149,9 +149,13 @@ def test_site_renders_in_chromium_with_screenshots(site, report_store):
         dom = chromium("--dump-dom", path.as_uri())
         assert dom.returncode == 0, dom.stderr
         body = dom.stdout.split("<body>", 1)[1]
-        # the banner is the first thing after the navigation, on every page
-        assert re.match(r'\s*<nav class="site">.*?</nav>\s*<div class="banner" id="firing-alerts" role="alert">',
-                        body, re.S), name
+        # the verdict table is the first thing after the navigation, on every page, then the banner
+        opening = re.match(r'\s*<nav class="site">.*?</nav>\s*<table class="verdicts" id="verdicts">(.*?)</table>'
+                           r'\s*<div class="banner" id="firing-alerts" role="alert">', body, re.S)
+        assert opening is not None, name
+        states = re.findall(r'<td class="state">([^<]+)</td>', opening.group(1))
+        assert states and set(states) <= {"healthy", "SLO broken", "drifting", "failed", "no data"}, (name, states)
+        assert "healthy" in states and states != ["healthy"] * len(states), (name, states)
         assert "<script" not in dom.stdout.lower() and "<img" not in dom.stdout.lower(), name
         shot = SCREENSHOTS / f"{name}.png"
         result = chromium(f"--screenshot={shot}", "--window-size=1200,1600", path.as_uri())
