@@ -199,9 +199,7 @@ class ResponsesStreamDecoder(StreamDecoder):
         else:
             self._reasoning.append(piece)
             self._reasoned = True
-        self._content(ns, len(piece))
-        if kind in _ANSWER_DELTAS and self.ex.first_answer_ns is None:
-            self.ex.first_answer_ns = ns
+        self._content(ns, len(piece), answer=kind in _ANSWER_DELTAS)
 
     def _take_response(self, response: Any) -> None:
         if not isinstance(response, dict):
