@@ -5,7 +5,7 @@
 
 Modules: engine (URL -> engine, SQLite locking, write retries), coltypes (UTC datetimes, JSON),
 schema (current tables), migrations (versioned upgrades), rows (records -> rows), writer (the
-sample writer thread), store (the Store API).
+sample writer thread), accepts (baseline accepts), store (the Store API).
 """
 
 from prober.store.migrations import MIGRATIONS, migrate, schema_version
