@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
+from prober.alerting.accept import accept_lines
 from prober.alerting.slo_rules import rule_state_lines
 from prober.commands.terminal import print_metrics, shown
 from prober.core.config import ProberConfig
@@ -36,6 +37,8 @@ def show_run(config: ProberConfig, run_id: str, out: Console, err: Console, prob
             raise ConfigError(f"no run with id {run_id!r} in {redacted(config.store.url)}")
         rows = store.metrics(found["id"])
         entries = store.run_entries(found["id"])
+        accepted = [line for target in found.get("targets") or []
+                    for line in accept_lines(store, target, found.get("site") or "")]
     finally:
         store.close()
     chosen = [row for row in rows if _matches(row, probe, wanted)]
@@ -50,4 +53,6 @@ def show_run(config: ProberConfig, run_id: str, out: Console, err: Console, prob
     shown_count = "" if len(chosen) == len(rows) else f", {len(chosen)} of {len(rows)} metrics"
     print_metrics(out, metrics, title=f"run {found['id']}: {found['suite']} ({found['status']}){shown_count}")
     for line in rule_state_lines(found, entries, rows, config.slo):   # every rule, filtered or not
+        out.print(shown(line), soft_wrap=True)
+    for line in accepted:
         out.print(shown(line), soft_wrap=True)
