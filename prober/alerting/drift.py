@@ -95,6 +95,10 @@ class DriftTest:
     # when the window's oldest night started, if not tonight's (where an open drift begins); not
     # part of what the test found
     window_start: Any = field(default=None, compare=False)
+    # Latency: the baseline's night-to-night variance (log scale), and after `decide` the smallest
+    # relative shift its two-night test pages within two nights nine times in ten (issue 30).
+    night_variance: float | None = field(default=None, compare=False)
+    detectable: float | None = field(default=None, compare=False)
 
     @property
     def pages(self) -> bool:
@@ -174,8 +178,24 @@ def decide(tests: Sequence[DriftTest], config: DriftConfig) -> list[DriftTest]:
         significant = test.p_value is not None and (
             test.p_value <= alpha or (test.direction != 0 and 1 - test.p_value <= alpha))
         detected = significant and test.effect is not None and abs(test.effect) >= floor - 1e-12
-        decided.append(replace(test, alpha=alpha, min_effect=floor, detected=detected))
+        decided.append(replace(test, alpha=alpha, min_effect=floor, detected=detected,
+                               detectable=_detectable(test, alpha, floor)))
     return decided
+
+
+# What "detectable" promises: paged within two nights in this share of histories.
+DETECTION_POWER = 0.9
+
+
+def _detectable(test: DriftTest, alpha: float, floor: float) -> float | None:
+    """A latency family's two-night test: the smallest relative shift it pages with
+    DETECTION_POWER (never below the minimum effect); None for other tests."""
+    if test.kind != "latency" or test.nights != 2 or test.night_variance is None or test.direction == 0:
+        return None
+    shift = stats.shift_detectable(test.night_variance, test.baseline_runs, alpha, DETECTION_POWER)
+    if shift is None:
+        return None
+    return max(math.exp(shift) - 1 if test.direction > 0 else 1 - math.exp(-shift), floor)
 
 
 # --- one value per run and metric family ----------------------------------------------------------
@@ -432,8 +452,10 @@ def _night_test(kind: str, target: str, probe: str, metric: str, labels: dict[st
     now, before = sum(v.value for v in current) / m, sum(v.value for v in baseline) / k
     n_now, n_before = sum(v.n for v in current), sum(v.n for v in baseline)
     if kind == "latency":
+        spread = sum((v.value - before) ** 2 for v in baseline) / (k - 1) if k > 1 else None
         return DriftTest(kind, target, probe, metric, labels, p, math.exp(now - before) - 1, math.exp(before),
-                         math.exp(now), n_now, n_before, k, m, direction=direction, cells=cells)
+                         math.exp(now), n_now, n_before, k, m, direction=direction, cells=cells,
+                         night_variance=None if spread is None else max(spread, floor))
     return DriftTest(kind, target, probe, metric, labels, p, now - before, before, now, n_now, n_before, k, m,
                      direction=direction, cells=cells)
 

@@ -523,6 +523,23 @@ def baseline_list(
     list_command(_config(config, db), out, err, target)
 
 
+@app.command("drift-power")
+def drift_power(
+    target: Annotated[str, typer.Option("--target", help="the target to state the sensitivity of")],
+    suite: Annotated[str, typer.Option("--suite", help="the suite whose newest run is judged")] = "nightly",
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Say what the drift tests can detect on a target: per latency family, its night-to-night
+    spread and the smallest shift paged within 2 nights nine times in ten at the page budget.
+
+    Example: prober drift-power --target prod --suite nightly
+    """
+    from prober.commands.drift_power import drift_power_command
+
+    drift_power_command(_config(config, db), out, err, target, suite)
+
+
 @app.command()
 def init(
     path: Annotated[Path, typer.Option("--path", help="where to write the file")] = Path("prober.toml"),

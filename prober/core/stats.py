@@ -627,17 +627,23 @@ def night_shift_detectable(baseline: Sequence[float], alpha_two_nights: float, p
                            variance_floor: float = 0.0) -> float | None:
     """The smallest shift of a night-level value (log scale for latency) that the two-night test
     (the mean of two shifted nights against `baseline`, one-sided at `alpha_two_nights`) finds
-    with probability `power`, taking the baseline's spread s as the night-to-night sd: the shift
-    d with P(mean of 2 - baseline mean > t s sqrt(1/2 + 1/k)) = power, that is
-    d = s sqrt(1/2 + 1/k) (t_{alpha, k-1} + z_power) with the mean of two nights normal around d.
-    The one-night test can only add to this power, so the figure is an upper bound on what pages
-    within two nights at that level. None with fewer than 3 baseline values or no spread."""
+    with probability `power`, taking the baseline's spread as the night-to-night sd (see
+    shift_detectable). None with fewer than 3 baseline values or no spread."""
     k = len(baseline)
-    if k < 3 or not 0 < alpha_two_nights < 1 or not 0 < power < 1:
+    if k < 3:
         return None
     mean = sum(baseline) / k
     variance = max(sum((v - mean) ** 2 for v in baseline) / (k - 1), variance_floor)
-    if variance <= 0:
+    return shift_detectable(variance, k, alpha_two_nights, power)
+
+
+def shift_detectable(variance: float, k: int, alpha_two_nights: float, power: float = 0.9) -> float | None:
+    """The shift d with P(mean of 2 nights - baseline mean > t s sqrt(1/2 + 1/k)) = power for a
+    baseline of k nights with variance s^2: d = s sqrt(1/2 + 1/k) (t_{alpha, k-1} + z_power), the
+    mean of two shifted nights normal around d. The one-night test can only add to this power, so
+    the figure bounds from above what pages within two nights at that level. None with fewer than
+    3 nights, no spread, or a level or power outside (0, 1)."""
+    if k < 3 or variance <= 0 or not 0 < alpha_two_nights < 1 or not 0 < power < 1:
         return None
     from scipy.special import ndtri, stdtrit
 
