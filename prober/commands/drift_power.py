@@ -5,31 +5,16 @@ its two-night test pages within two nights nine times in ten, at the page budget
 from __future__ import annotations
 
 import socket
-from collections.abc import Sequence
 
 from rich.console import Console
 
-from prober.alerting.drift import DETECTION_POWER, DriftTest, drift_for_run
+from prober.alerting.drift import drift_for_run
+from prober.alerting.sensitivity import power_lines
 from prober.commands.store_access import require_known_target
 from prober.commands.terminal import shown
 from prober.core.config import ProberConfig
 from prober.core.errors import ConfigError
 from prober.run.store_access import open_store
-
-
-def power_lines(tests: Sequence[DriftTest], target: str) -> list[str]:
-    """One line per latency family of `target` with a stated detectable shift."""
-    lines = []
-    for test in sorted(tests, key=lambda t: (t.probe, t.metric, t.key)):
-        if test.target != target or test.detectable is None or not test.night_variance:
-            continue
-        where = ", ".join(f"{k}={v}" for k, v in sorted(test.labels.items()))
-        varies = test.night_variance ** 0.5
-        shift = test.direction * test.detectable
-        lines.append(f"{test.probe} {test.metric}{f' ({where})' if where else ''}: varies {varies:.0%} night to "
-                     f"night here ({test.baseline_runs} baseline runs); a shift of {shift:+.0%} or more pages "
-                     f"within 2 nights ({DETECTION_POWER:.0%} of the time)")
-    return lines
 
 
 def drift_power_command(config: ProberConfig, out: Console, err: Console, target: str, suite: str) -> None:

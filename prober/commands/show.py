@@ -9,6 +9,8 @@ from typing import Any
 from rich.console import Console
 
 from prober.alerting.accept import accept_lines
+from prober.alerting.drift import drift_for_run
+from prober.alerting.sensitivity import power_lines
 from prober.alerting.slo_rules import rule_state_lines
 from prober.commands.terminal import print_metrics, shown
 from prober.core.config import ProberConfig
@@ -39,6 +41,7 @@ def show_run(config: ProberConfig, run_id: str, out: Console, err: Console, prob
         entries = store.run_entries(found["id"])
         accepted = [line for target in found.get("targets") or []
                     for line in accept_lines(store, target, found.get("site") or "")]
+        tests = drift_for_run(store, found, config.drift).tests if config.drift.enabled else []
     finally:
         store.close()
     chosen = [row for row in rows if _matches(row, probe, wanted)]
@@ -56,3 +59,6 @@ def show_run(config: ProberConfig, run_id: str, out: Console, err: Console, prob
         out.print(shown(line), soft_wrap=True)
     for line in accepted:
         out.print(shown(line), soft_wrap=True)
+    for target in found.get("targets") or []:
+        for line in power_lines(tests, target):
+            out.print(shown(f"sensitivity: {target} {line}"), soft_wrap=True)

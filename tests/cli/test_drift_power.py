@@ -50,6 +50,10 @@ def test_drift_power_states_the_shift_the_two_night_test_detects(tmp_path):
     assert int(found.group(2)) == len(baseline)
     assert int(found.group(3)) == round(100 * expected), (result.stdout, expected)
     assert int(found.group(1)) == round(100 * spread), (result.stdout, spread)
+    # `prober show` states the same next to the run's metrics.
+    shown = prober("show", f"r{len(logs) - 1}", "--config", config, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert f"sensitivity: emu {found.group(0)}" in shown.stdout, shown.stdout
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
