@@ -12,14 +12,14 @@ later run; a delivered row is never sent again.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from prober.alerting.baseline import BaselineReads
-from prober.alerting.drift import DriftOutcome, DriftTest, drift_for_run
+from prober.alerting.drift import IN_RANGE_P, DriftOutcome, DriftTest, drift_for_run
 from prober.alerting.sinks import AlertmanagerSink, DeliveryError, Sink, make_sink
 from prober.alerting.slo import check_run, format_value
-from prober.core.config import ProberConfig
+from prober.core.config import DEFAULT_NEW_NORMAL_NIGHTS, ProberConfig
 from prober.core.records import completed_targets, utcnow
 
 if TYPE_CHECKING:
@@ -48,6 +48,9 @@ class Observation:
     # Where the judged run probed from: one identity per (target, site), so that a latency alert
     # firing from one site is neither resolved nor repeated by a run from another.
     site: str = ""
+    # Drift: an open alert stays firing until the metric is back in range (`detail["in_range"]`),
+    # and after this many nights open becomes the new normal (0: resolves when it holds again).
+    hold_nights: int = 0
 
     @property
     def identity(self) -> str:
@@ -58,6 +61,20 @@ def advance(previous: dict[str, Any] | None, obs: Observation, run_id: str,
             now: dt.datetime) -> tuple[dict[str, Any], str | None]:
     """The alert row after this observation, and the event it makes ("firing", "resolved" or None)."""
     before = previous["state"] if previous else "ok"
+    detail = {**obs.detail}
+    accepted = (previous.get("detail") or {}).get("new_normal_since") if previous and obs.hold_nights else None
+    if accepted is not None:
+        detail["new_normal_since"] = accepted      # the level it re-baselined on stays the baseline's start
+    if obs.hold_nights and before == "firing" and previous is not None:
+        # A persistent regression stays open: judged against the baseline before it began, it is
+        # broken until back in range, and after `hold_nights` open it is the new normal.
+        obs = replace(obs, broken=not obs.detail.get("in_range", not obs.broken))
+        detail["drift_since"] = (previous.get("detail") or {}).get("drift_since", detail.get("drift_since"))
+        if obs.broken and previous["breaks"] >= obs.hold_nights:
+            row = {**_row(obs, detail, previous["breaks"] + 1, previous.get("fired_at"), now, run_id, now),
+                   "state": "resolved"}
+            row["detail"]["new_normal_since"] = detail["drift_since"]
+            return row, "new_normal"
     breaks = (previous["breaks"] if previous else 0) + 1 if obs.broken else 0
     fired_at = previous.get("fired_at") if previous else None
     resolved_at = previous.get("resolved_at") if previous else None
@@ -70,12 +87,17 @@ def advance(previous: dict[str, Any] | None, obs: Observation, run_id: str,
         state = "resolved" if before in ("firing", "resolved") else "ok"
         if before == "firing":
             event, resolved_at = "resolved", now
-    row = {"key": obs.identity, "kind": obs.kind, "name": obs.name, "severity": obs.severity, "target": obs.target,
-           "suite": obs.suite, "probe": obs.probe, "metric": obs.metric, "labels": obs.labels, "state": state,
-           "breaks": breaks, "value": obs.value, "summary": obs.summary,
-           "detail": {**obs.detail, "description": obs.description, "for": obs.for_runs, "site": obs.site},
-           "fired_at": fired_at, "resolved_at": resolved_at, "updated_at": now, "last_run_id": run_id}
-    return row, event
+    return {**_row(obs, detail, breaks, fired_at, resolved_at, run_id, now), "state": state}, event
+
+
+def _row(obs: Observation, detail: dict[str, Any], breaks: int, fired_at: Any, resolved_at: Any, run_id: str,
+         now: dt.datetime) -> dict[str, Any]:
+    """The alert row of an observation, its state left to the caller."""
+    return {"key": obs.identity, "kind": obs.kind, "name": obs.name, "severity": obs.severity, "target": obs.target,
+            "suite": obs.suite, "probe": obs.probe, "metric": obs.metric, "labels": obs.labels, "state": "ok",
+            "breaks": breaks, "value": obs.value, "summary": obs.summary,
+            "detail": {**detail, "description": obs.description, "for": obs.for_runs, "site": obs.site},
+            "fired_at": fired_at, "resolved_at": resolved_at, "updated_at": now, "last_run_id": run_id}
 
 
 def event_payload(row: dict[str, Any], status: str, run_id: str | None) -> dict[str, Any]:
@@ -108,14 +130,19 @@ def slo_observations(config: ProberConfig, metric_rows: list[dict[str, Any]], ru
     return observations
 
 
-def drift_observations(tests: list[DriftTest], run: dict[str, Any]) -> list[Observation]:
+def drift_observations(tests: list[DriftTest], run: dict[str, Any],
+                       new_normal_nights: int = DEFAULT_NEW_NORMAL_NIGHTS) -> list[Observation]:
     """One observation per metric family with a bad direction: broken when its one-night or its
     two-night test found a regression (that test, else the one-night test, describes it). Families
-    without a bad direction only ever make notices (DriftOutcome.notices)."""
+    without a bad direction only ever make notices (DriftOutcome.notices). Each says whether the
+    family is back in its baseline's range (every test's one-sided p above IN_RANGE_P: what
+    resolves an open alert) and since when its window's nights ran (where an open drift starts)."""
     chosen: dict[str, DriftTest] = {}
+    in_range: dict[str, bool] = {}
     for test in tests:
         if test.direction == 0:
             continue
+        in_range[test.key] = in_range.get(test.key, True) and (test.p_value is None or test.p_value > IN_RANGE_P)
         held = chosen.get(test.key)
         if held is None or (test.pages and not held.pages):
             chosen[test.key] = test
@@ -133,9 +160,15 @@ def drift_observations(tests: list[DriftTest], run: dict[str, Any]) -> list[Obse
             detail={"test": test.kind, "nights": test.nights, "p_value": test.p_value, "alpha": test.alpha,
                     "effect": test.effect, "min_effect": test.min_effect, "baseline": test.baseline,
                     "n_current": test.n_current, "n_baseline": test.n_baseline, "cells": test.cells,
-                    "most_moved": test.worst_cell, "baseline_runs": test.baseline_runs},
-            site=run.get("site") or ""))
+                    "most_moved": test.worst_cell, "baseline_runs": test.baseline_runs,
+                    "in_range": in_range[test.key], "drift_since": _when(test.window_start or run.get("started_at"))},
+            site=run.get("site") or "", hold_nights=new_normal_nights))
     return observations
+
+
+def _when(started: Any) -> Any:
+    """A run's start as alert details keep it (JSON): ISO text for a time, as is otherwise."""
+    return started.isoformat() if isinstance(started, dt.datetime) else started
 
 
 @dataclass
@@ -155,6 +188,8 @@ class Evaluation:
     firing: list[dict[str, Any]] = field(default_factory=list)
     fired_now: list[dict[str, Any]] = field(default_factory=list)
     resolved_now: list[dict[str, Any]] = field(default_factory=list)
+    # drift alerts open for the configured nights, now the baseline: one "new normal" notice each
+    new_normal: list[dict[str, Any]] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)
     checked: int = 0
     notes: list[str] = field(default_factory=list)     # what could not be judged, and why
@@ -177,7 +212,8 @@ def evaluate_run(store: Store, config: ProberConfig, run_id: str, sinks: list[Si
     # Only targets that completed are judged: a failed target's partial metrics would mislead.
     judged = [m for m in store.metrics(run["id"]) if m["target"] in completed_targets(run)]
     drift = drift_for_run(store, run, config.drift, reads) if config.drift.enabled else DriftOutcome()
-    observations = slo_observations(config, judged, run) + drift_observations(drift.tests, run)
+    observations = (slo_observations(config, judged, run)
+                    + drift_observations(drift.tests, run, config.drift.new_normal_nights))
     # A metric row repeated within one run must not count as two consecutive runs.
     observations = list({obs.identity: obs for obs in observations}.values())
     previous = {row["key"]: row for row in store.alerts(keys=[o.identity for o in observations])}
@@ -203,7 +239,8 @@ def judge(observations: list[Observation], previous: dict[str, dict[str, Any]], 
         if event is not None:
             events.append({"alert_key": row["key"], "status": event, "run_id": run_id, "created_at": now,
                            "payload": event_payload(row, event, run_id)})
-            (evaluation.fired_now if event == "firing" else evaluation.resolved_now).append(row)
+            {"firing": evaluation.fired_now, "resolved": evaluation.resolved_now,
+             "new_normal": evaluation.new_normal}[event].append(row)
     evaluation.firing = [row for row in rows if row["state"] == "firing"]
     return rows, events, evaluation
 
@@ -252,6 +289,8 @@ def describe(evaluation: Evaluation) -> list[str]:
     lines = [f"{'FIRING' if row['key'] in new else 'still firing'} [{row['severity']}] {row['summary']}"
              for row in evaluation.firing]
     lines += [f"resolved: {row['summary']}" for row in evaluation.resolved_now]
+    lines += [f"new normal (open {row['breaks'] - 1} nights, now the baseline): {row['summary']}"
+              for row in evaluation.new_normal]
     lines += evaluation.notes
     lines += [f"alert delivery to sink {d.sink} failed ({d.error}); it stays in the outbox for the next run"
               for d in evaluation.deliveries if not d.ok]

@@ -36,10 +36,11 @@ policy, measured by bench/alarm_calibration.py (docs/operations.md, "Alerting"):
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import groupby
 from operator import itemgetter, truediv
@@ -94,6 +95,13 @@ class DriftTest:
     min_effect: float = 0.0
     alpha: float | None = None     # the level this test was decided at
     detected: bool = False         # significant and at least the minimum effect, either way
+    # when the window's oldest night started, if not tonight's (where an open drift begins); not
+    # part of what the test found
+    window_start: Any = field(default=None, compare=False)
+    # Latency: the baseline's night-to-night variance (log scale), and after `decide` the smallest
+    # relative shift its two-night test pages within two nights nine times in ten (issue 30).
+    night_variance: float | None = field(default=None, compare=False)
+    detectable: float | None = field(default=None, compare=False)
 
     @property
     def pages(self) -> bool:
@@ -102,7 +110,7 @@ class DriftTest:
 
     @property
     def key(self) -> str:
-        return f"drift|{self.target}|{self.probe}|{self.metric}|{labels_key(self.labels)}"
+        return family_key(self.target, self.probe, self.metric, labels_key(self.labels))
 
     @property
     def summary(self) -> str:
@@ -173,8 +181,24 @@ def decide(tests: Sequence[DriftTest], config: DriftConfig) -> list[DriftTest]:
         significant = test.p_value is not None and (
             test.p_value <= alpha or (test.direction != 0 and 1 - test.p_value <= alpha))
         detected = significant and test.effect is not None and abs(test.effect) >= floor - 1e-12
-        decided.append(replace(test, alpha=alpha, min_effect=floor, detected=detected))
+        decided.append(replace(test, alpha=alpha, min_effect=floor, detected=detected,
+                               detectable=_detectable(test, alpha, floor)))
     return decided
+
+
+# What "detectable" promises: paged within two nights in this share of histories.
+DETECTION_POWER = 0.9
+
+
+def _detectable(test: DriftTest, alpha: float, floor: float) -> float | None:
+    """A latency family's two-night test: the smallest relative shift it pages with
+    DETECTION_POWER (never below the minimum effect); None for other tests."""
+    if test.kind != "latency" or test.nights != 2 or test.night_variance is None or test.direction == 0:
+        return None
+    shift = stats.shift_detectable(test.night_variance, test.baseline_runs, alpha, DETECTION_POWER)
+    if shift is None:
+        return None
+    return max(math.exp(shift) - 1 if test.direction > 0 else 1 - math.exp(-shift), floor)
 
 
 # --- one value per run and metric family ----------------------------------------------------------
@@ -431,21 +455,59 @@ def _night_test(kind: str, target: str, probe: str, metric: str, labels: dict[st
     now, before = sum(v.value for v in current) / m, sum(v.value for v in baseline) / k
     n_now, n_before = sum(v.n for v in current), sum(v.n for v in baseline)
     if kind == "latency":
+        spread = sum((v.value - before) ** 2 for v in baseline) / (k - 1) if k > 1 else None
         return DriftTest(kind, target, probe, metric, labels, p, math.exp(now - before) - 1, math.exp(before),
-                         math.exp(now), n_now, n_before, k, m, direction=direction, cells=cells)
+                         math.exp(now), n_now, n_before, k, m, direction=direction, cells=cells,
+                         night_variance=None if spread is None else max(spread, floor))
     return DriftTest(kind, target, probe, metric, labels, p, now - before, before, now, n_now, n_before, k, m,
                      direction=direction, cells=cells)
 
 
+@dataclass(frozen=True)
+class BaselineLimits:
+    """Which earlier runs a family's baseline may take besides comparability, by the time each run
+    started (any ordered value: a datetime in the store, a night's number in the benchmark).
+
+    `drifting`: per family key (DriftTest.key), the start of its open drift alert: that run and
+    later ones stay out of the family's baseline, so that a regression that persists is judged
+    against the level before it and never becomes its own baseline (issue 30). `accepted`: per
+    family metric name (None: every metric of the target), the time from which the user accepted
+    the level as normal (`prober baseline accept`, or prober's "new normal" notice): earlier runs
+    stay out. A family left with fewer runs than the tests need is not tested until it has them."""
+
+    drifting: Mapping[str, Any] = field(default_factory=dict)
+    accepted: Mapping[str | None, Any] = field(default_factory=dict)
+
+    def accepted_since(self, key: str, metric: str) -> Any:
+        """The newest accepted start for the family: by its key, its metric name or every metric."""
+        found = [since for name, since in self.accepted.items() if name in (None, metric, key) and since is not None]
+        return max(found) if found else None
+
+    def allowed(self, key: str, metric: str, started: Sequence[Any]) -> list[bool] | None:
+        """Per baseline run (newest first), may the family take it; None when nothing limits it."""
+        drifting, accepted = self.drifting.get(key), self.accepted_since(key, metric)
+        if drifting is None and accepted is None:
+            return None
+        return [(drifting is None or when < drifting) and (accepted is None or when >= accepted) for when in started]
+
+
+def family_key(target: str, probe: str, metric: str, labels_key_text: str) -> str:
+    """The alert identity of a family's drift (DriftTest.key), from its labels' key."""
+    return f"drift|{target}|{probe}|{metric}|{labels_key_text}"
+
+
 def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, Any]]],
                  baseline: Sequence[dict[Identity, tuple[RunValue, dict[str, Any]]]],
-                 config: DriftConfig) -> tuple[list[DriftTest], int]:
+                 config: DriftConfig, limits: BaselineLimits | None = None,
+                 started: Sequence[Any] = ()) -> tuple[list[DriftTest], int]:
     """Tonight's tests of one target (undecided) and how many families had too few baseline runs.
 
     Arguments are `run_values` of tonight and of the earlier comparable runs, newest first, up to
     `baseline_runs + 1` of them: the one-night test uses the newest `baseline_runs`, the two-night
     test (tonight with the newest) the `baseline_runs` before the newest. A run whose family pooled
-    other cells than tonight's (a level flagged, say) does not count for that family."""
+    other cells than tonight's (a level flagged, say) does not count for that family. `limits`
+    and `started` (when each baseline run started): the runs a family's open drift or an accepted
+    level leave out of its baseline (then more runs than `baseline_runs + 1` may be passed)."""
     needed = max(config.min_baseline_runs, FEWEST_BASELINE_RUNS)
     budget = config.false_pages_per_90_nights / 90      # no test is decided at a laxer level
     tests, short = [], 0
@@ -453,16 +515,55 @@ def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, 
         kind, probe, metric, _ = identity
         found_before = [run.get(identity) for run in baseline]
         history = [h[0] if h is not None and h[0].cell_keys == value.cell_keys else None for h in found_before]
-        recent = [h for h in history[:config.baseline_runs] if h is not None]
+        key = family_key(target, probe, metric, identity[3])
+        allowed = limits.allowed(key, metric, started) if limits else None
+        if allowed is not None:
+            # The previous run may still join tonight in the two-night window (an open drift is
+            # judged on its latest nights); only an accepted level's start bounds it.
+            since = limits.accepted_since(key, metric) if limits else None
+            previous_allowed = bool(started) and (since is None or started[0] >= since)
+            kept = [h for h, ok in zip(history, allowed) if ok and h is not None]
+            recent = kept[:config.baseline_runs]
+            previous = history[0] if history and previous_allowed else None
+            earlier = [h for h, ok in zip(history[1:], allowed[1:]) if ok and h is not None][:config.baseline_runs]
+        else:
+            recent = [h for h in history[:config.baseline_runs] if h is not None]
+            previous = history[0] if history else None
+            earlier = [h for h in history[1:config.baseline_runs + 1] if h is not None]
         if len(recent) < needed:
             short += 1
             continue
         tests.append(night_test(kind, target, probe, metric, labels, [value], recent, budget))
-        previous = history[0] if history else None
-        earlier = [h for h in history[1:config.baseline_runs + 1] if h is not None]
         if previous is not None and len(earlier) >= needed:
-            tests.append(night_test(kind, target, probe, metric, labels, [value, previous], earlier, budget))
+            two = night_test(kind, target, probe, metric, labels, [value, previous], earlier, budget)
+            tests.append(replace(two, window_start=started[0]) if started else two)
     return tests, short
+
+
+# An open drift alert resolves when every test of its family has its one-sided p above this: the
+# metric is back within the baseline's range, not merely short of significance at the page level.
+IN_RANGE_P = 0.05
+
+
+def limits_from_alerts(alert_rows: Iterable[dict[str, Any]], site: str = "",
+                       accepted: Mapping[str | None, Any] | None = None) -> BaselineLimits:
+    """BaselineLimits from the drift alert rows of one target and site (as `judge` leaves them):
+    a firing one holds its family's regressed nights out of the baseline; one closed by a "new
+    normal" notice re-baselines the family on the nights since its drift began. `accepted`: the
+    user's accepts (metric or None -> since), which the newer of the two wins against."""
+    drifting: dict[str, Any] = {}
+    held: dict[str | None, Any] = dict(accepted or {})
+    suffix = f"|site={site}" if site else ""
+    for row in alert_rows:
+        key, detail = row["key"], row.get("detail") or {}
+        if row.get("kind") != "drift" or (suffix and not key.endswith(suffix)):
+            continue
+        family = key[:len(key) - len(suffix)] if suffix else key
+        if row.get("state") == "firing" and detail.get("drift_since") is not None:
+            drifting[family] = detail["drift_since"]
+        elif detail.get("new_normal_since") is not None:
+            held[family] = detail["new_normal_since"]
+    return BaselineLimits(drifting, held)
 
 
 # --- against the store ---------------------------------------------------------------------------
@@ -475,6 +576,32 @@ def baseline_resets(store: Store, run: dict[str, Any], config: DriftConfig,
     return [baseline.reset for target in completed_targets(run)
             for baseline in select_baselines(store, run, target, config.baseline_runs, reads).values()
             if baseline.reset]
+
+
+def stored_limits(store: Store, run: dict[str, Any]) -> dict[str, BaselineLimits]:
+    """Per completed target of `run` that has any: the BaselineLimits its drift alert rows and
+    the baseline accepts in force (`prober baseline accept`) set, for the run's site."""
+    site = run.get("site") or ""
+    targets = set(completed_targets(run))
+    rows = [row for row in store.alerts() if row.get("kind") == "drift" and row.get("target") in targets]
+    accepted: dict[str, dict[str | None, Any]] = defaultdict(dict)
+    for accept in store.baseline_accepts(site=site):
+        if accept["target"] in targets:
+            held = accepted[accept["target"]]
+            held[accept["metric"]] = max(held.get(accept["metric"]) or accept["since"], accept["since"])
+    found = {}
+    for target in targets:
+        limits = limits_from_alerts([row for row in rows if row["target"] == target], site, accepted.get(target))
+        limits = BaselineLimits({key: _time(since) for key, since in limits.drifting.items()},
+                                {key: _time(since) for key, since in limits.accepted.items()})
+        if limits.drifting or limits.accepted:
+            found[target] = limits
+    return found
+
+
+def _time(value: Any) -> Any:
+    """A time kept in an alert's detail (ISO text) as the store's run times are (aware datetimes)."""
+    return dt.datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
 def drift_for_run(store: Store, run: dict[str, Any], config: DriftConfig,
@@ -491,9 +618,12 @@ def _drift_for_run(store: Store, run: dict[str, Any], config: DriftConfig, reads
     needed = max(config.min_baseline_runs, FEWEST_BASELINE_RUNS)
     outcome, tests = DriftOutcome(), []
     reads = BaselineReads() if reads is None else reads
-    read_candidates(store, run, completed_targets(run), config.baseline_runs + 1, reads)    # the fleet's at once
+    limits = stored_limits(store, run)
+    # An open drift or an accepted level leaves runs out of a family's baseline: read that many more.
+    depth = config.baseline_runs + 1 + (config.new_normal_nights if limits else 0)
+    read_candidates(store, run, completed_targets(run), depth, reads)    # the fleet's at once
     for target in completed_targets(run):
-        baselines = select_baselines(store, run, target, config.baseline_runs + 1, reads)
+        baselines = select_baselines(store, run, target, depth, reads)
         # One query per target for the stored metrics of this run and every run of its baselines,
         # only the rows a test can judge: shares, latency families, paired comparisons.
         wanted = {run["id"], *(r["id"] for b in baselines.values() if b.reset is None for r in b.runs)}
@@ -515,7 +645,7 @@ def _drift_for_run(store: Store, run: dict[str, Any], config: DriftConfig, reads
             filed = CellFiling(labels=decoded)
             found, short = target_tests(target, stored_run_values(stored.get((run["id"], entry), []), filed),
                                         [stored_run_values(stored.get((r["id"], entry), []), filed) for r in window],
-                                        config)
+                                        config, limits.get(target), [r["started_at"] for r in window])
             tests += found
             if short:
                 outcome.not_tested.append(f"drift: {target} {entry}: {short} metric(s) seen in fewer than {needed} "

@@ -66,9 +66,13 @@ def _slack_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+# Statuses that close an alert at a receiver: "new_normal" closes a drift alert whose level
+# persisted for the configured nights (the level is the baseline now), as "resolved" does.
+CLOSING_STATUSES = ("resolved", "new_normal")
+
 def slack_body(event: dict[str, Any]) -> dict[str, Any]:
     alert = event["alert"]
-    icon = ":white_check_mark:" if event["status"] == "resolved" else (
+    icon = ":white_check_mark:" if event["status"] in CLOSING_STATUSES else (
         ":rotating_light:" if alert["severity"] == "critical" else ":warning:")
     site = f" from {alert['site']}" if alert.get("site") else ""
     headline = f"{icon} [{event['status'].upper()}] {alert['name']} ({alert['severity']}) on {alert['target']}{site}"
@@ -97,7 +101,7 @@ def alertmanager_alert(event: dict[str, Any], hold: dt.timedelta, now: dt.dateti
         labels["site"] = alert["site"]
     for key, value in (alert.get("labels") or {}).items():
         labels.setdefault(_LABEL_NAME.sub("_", str(key)), str(value))
-    ends = alert.get("resolved_at") if event["status"] == "resolved" else (now + hold).isoformat()
+    ends = alert.get("resolved_at") if event["status"] in CLOSING_STATUSES else (now + hold).isoformat()
     return {
         "labels": labels,
         "annotations": {"summary": alert["summary"], "description": alert.get("description") or alert["summary"]},

@@ -1,6 +1,7 @@
-"""The verdicts a report shows: each SLO rule judged against a run's metric rows, and the "baseline
-reset" lines of suite entries that no earlier run is comparable with. The command layer hands one
-to reports.collect, which renders them without importing alerting code."""
+"""The verdicts a report shows: each SLO rule judged against a run's metric rows, the "baseline
+reset" lines of suite entries that no earlier run is comparable with, and the levels accepted as
+normal (`prober baseline accept`). The command layer hands one to reports.collect, which renders
+them without importing alerting code."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from prober.alerting.accept import accept_lines
 from prober.alerting.baseline import select_baselines
 from prober.alerting.slo import SloCheck, check_run
 from prober.core.config import DriftConfig, SloRule
@@ -50,6 +52,8 @@ class ReportVerdicts:
         return check_run(self.rules, metric_rows, run_row)
 
     def baseline_resets(self, store: Store, run: dict[str, Any], target: str) -> list[str]:
+        """The entries whose baseline starts again, and the levels accepted as normal."""
         if self.drift is None or not self.drift.enabled:
             return []
-        return [b.reset for b in select_baselines(store, run, target, self.drift.baseline_runs).values() if b.reset]
+        resets = [b.reset for b in select_baselines(store, run, target, self.drift.baseline_runs).values() if b.reset]
+        return [*resets, *accept_lines(store, target, run.get("site") or "")]

@@ -33,6 +33,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 local_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                         help="Manage the local llama-server endpoint (SmolLM2-135M-Instruct).")
 app.add_typer(local_app, name="local")
+baseline_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                           help="Accept a metric's level as its new normal for drift, undo it, list accepts.")
+app.add_typer(baseline_app, name="baseline")
 
 
 def _print_version(wanted: bool) -> None:
@@ -488,6 +491,73 @@ def prune(
     from prober.commands.prune import prune_command
 
     prune_command(_config(config, db), out, err, samples_older_than, outputs_older_than)
+
+
+@baseline_app.command("accept")
+def baseline_accept(
+    target: Annotated[str, typer.Option("--target", help="the target whose level is the new normal")],
+    metric: Annotated[str | None, typer.Option("--metric", help="one metric family (e.g. ttft_ms, hit_rate); "
+                                                "default every metric of the target")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="normal from this date (2026-01-31) or period "
+                                               "ago (3d); default the start of its open drift, else now")] = None,
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Accept a target's metric level as its normal: its drift baseline starts at --since and its
+    open drift alerts close with a "new_normal" notice. Recorded; `prober baseline revoke` undoes it.
+
+    Example: prober baseline accept --target prod --metric ttft_ms --since 2026-03-02
+    """
+    from prober.commands.baseline import accept_command
+
+    accept_command(_config(config, db), out, err, target, metric, since)
+
+
+@baseline_app.command("revoke")
+def baseline_revoke(
+    accept_id: Annotated[int, typer.Argument(help="the accept's number (prober baseline list)")],
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Undo an accept: the metric's baseline takes its earlier runs again.
+
+    Example: prober baseline revoke 3
+    """
+    from prober.commands.baseline import revoke_command
+
+    revoke_command(_config(config, db), out, err, accept_id)
+
+
+@baseline_app.command("list")
+def baseline_list(
+    target: Annotated[str | None, typer.Option("--target", help="only this target")] = None,
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """List the baseline accepts in force for this site.
+
+    Example: prober baseline list --target prod
+    """
+    from prober.commands.baseline import list_command
+
+    list_command(_config(config, db), out, err, target)
+
+
+@app.command("drift-power")
+def drift_power(
+    target: Annotated[str, typer.Option("--target", help="the target to state the sensitivity of")],
+    suite: Annotated[str, typer.Option("--suite", help="the suite whose newest run is judged")] = "nightly",
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Say what the drift tests can detect on a target: per latency family, its night-to-night
+    spread and the smallest shift paged within 2 nights nine times in ten at the page budget.
+
+    Example: prober drift-power --target prod --suite nightly
+    """
+    from prober.commands.drift_power import drift_power_command
+
+    drift_power_command(_config(config, db), out, err, target, suite)
 
 
 @app.command()

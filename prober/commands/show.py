@@ -8,6 +8,9 @@ from typing import Any
 
 from rich.console import Console
 
+from prober.alerting.accept import accept_lines
+from prober.alerting.drift import drift_for_run
+from prober.alerting.sensitivity import power_lines
 from prober.alerting.slo_rules import rule_state_lines
 from prober.commands.store_access import require_run
 from prober.commands.terminal import print_metrics, shown
@@ -35,6 +38,9 @@ def show_run(config: ProberConfig, run_id: str, out: Console, err: Console, prob
         found = require_run(store, run_id, target)
         rows = [row for row in store.metrics(found["id"]) if target is None or row["target"] == target]
         entries = store.run_entries(found["id"])
+        accepted = [line for name in found.get("targets") or []
+                    for line in accept_lines(store, name, found.get("site") or "")]
+        tests = drift_for_run(store, found, config.drift).tests if config.drift.enabled else []
     finally:
         store.close()
     chosen = [row for row in rows if _matches(row, probe, wanted)]
@@ -50,6 +56,11 @@ def show_run(config: ProberConfig, run_id: str, out: Console, err: Console, prob
     print_metrics(out, metrics, title=f"run {found['id']}: {found['suite']} ({found['status']}){shown_count}")
     for line in rule_state_lines(found, entries, rows, config.slo):   # every rule, filtered or not
         out.print(shown(line), soft_wrap=True)
+    for line in accepted:
+        out.print(shown(line), soft_wrap=True)
+    for target_name in found.get("targets") or []:
+        for line in power_lines(tests, target_name):
+            out.print(shown(f"sensitivity: {target_name} {line}"), soft_wrap=True)
     for line in known_lines(config, found.get("targets") or []):
         out.print(shown(line), soft_wrap=True)
 

@@ -223,6 +223,10 @@ class SinkConfig(_Strict):
         return value.encode()
 
 
+# Nights a drift alert stays open on a level that persists before it becomes the new normal.
+DEFAULT_NEW_NORMAL_NIGHTS = 14
+
+
 class DriftConfig(_Strict):
     """`[drift]`: each run against the previous complete runs of the same suite and target."""
 
@@ -237,6 +241,10 @@ class DriftConfig(_Strict):
     # shares; "latency": relative change of the median; "paired": change of the paired accuracy
     # difference) or per metric name, which wins over its kind.
     min_effect: dict[str, float] = Field(default_factory=dict)
+    # A regression that persists stays one open alert; after this many nights prober sends one
+    # "new normal" notice and re-baselines the metric on the nights since it moved.
+    new_normal_nights: int = Field(DEFAULT_NEW_NORMAL_NIGHTS, ge=1, description="nights a drift alert stays "
+                                   "open on a persisting level before it is the new normal")
 
     @field_validator("min_effect")
     @classmethod

@@ -563,6 +563,34 @@ def night_prediction_p(current: Sequence[float], baseline: Sequence[float], vari
     return float(min(1.0, 2 * stdtr(k - 1, -abs(t)))), se
 
 
+def night_shift_detectable(baseline: Sequence[float], alpha_two_nights: float, power: float = 0.9,
+                           variance_floor: float = 0.0) -> float | None:
+    """The smallest shift of a night-level value (log scale for latency) that the two-night test
+    (the mean of two shifted nights against `baseline`, one-sided at `alpha_two_nights`) finds
+    with probability `power`, taking the baseline's spread as the night-to-night sd (see
+    shift_detectable). None with fewer than 3 baseline values or no spread."""
+    k = len(baseline)
+    if k < 3:
+        return None
+    mean = sum(baseline) / k
+    variance = max(sum((v - mean) ** 2 for v in baseline) / (k - 1), variance_floor)
+    return shift_detectable(variance, k, alpha_two_nights, power)
+
+
+def shift_detectable(variance: float, k: int, alpha_two_nights: float, power: float = 0.9) -> float | None:
+    """The shift d with P(mean of 2 nights - baseline mean > t s sqrt(1/2 + 1/k)) = power for a
+    baseline of k nights with variance s^2: d = s sqrt(1/2 + 1/k) (t_{alpha, k-1} + z_power), the
+    mean of two shifted nights normal around d. The one-night test can only add to this power, so
+    the figure bounds from above what pages within two nights at that level. None with fewer than
+    3 nights, no spread, or a level or power outside (0, 1)."""
+    if k < 3 or variance <= 0 or not 0 < alpha_two_nights < 1 or not 0 < power < 1:
+        return None
+    from scipy.special import ndtri, stdtrit
+
+    t = float(stdtrit(k - 1, 1 - alpha_two_nights))
+    return math.sqrt(variance * (1 / 2 + 1 / k)) * (t + float(ndtri(power)))
+
+
 def pearson_terms(successes: Sequence[int], totals: Sequence[int]) -> list[float] | None:
     """(x_i - n_i p)^2 / (n_i p (1 - p)) per group with n_i > 0, p the pooled share: the terms of
     Pearson's X^2. None when the pooled share is 0 or 1 (no spread to measure) or nothing was tried."""

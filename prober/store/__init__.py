@@ -6,7 +6,7 @@
 Modules: engine (URL -> engine, SQLite locking, write retries), errors (the store's error types, which
 every Store method raises instead of SQLAlchemy's), coltypes (UTC datetimes, JSON),
 schema (current tables), migrations (versioned upgrades), rows (records -> rows), writer (the
-sample writer thread), store (the Store API).
+sample writer thread), accepts (baseline accepts), store (the Store API).
 """
 
 from prober.store.errors import StoreError, StoreNotADatabase, StoreReadOnly

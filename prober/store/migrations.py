@@ -297,6 +297,24 @@ def _m011_sample_ttft_answer(conn: sa.Connection) -> None:
     add_column(conn, "samples", sa.Column("ttft_answer_ms", sa.Float))
 
 
+def _m012_baseline_accepts(conn: sa.Connection) -> None:
+    """baseline_accepts: the levels a user accepted as normal (`prober baseline accept`), per
+    target, site and metric (NULL: every metric), from a time on; revoked ones keep their row."""
+    md = sa.MetaData()
+    sa.Table(
+        "baseline_accepts", md,
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
+        sa.Column("target", sa.Text, nullable=False),
+        sa.Column("site", sa.Text, nullable=False),
+        sa.Column("metric", sa.Text),
+        sa.Column("since", UTCDateTime, nullable=False),
+        sa.Column("accepted_at", UTCDateTime, nullable=False),
+        sa.Column("revoked_at", UTCDateTime),
+        sa.Index("ix_baseline_accepts_target", "target", "site"),
+    )
+    md.create_all(conn)
+
+
 # Append new migrations here; never edit or reorder the ones above.
 MIGRATIONS: list[Migration] = [
     _m001_initial,
@@ -310,6 +328,7 @@ MIGRATIONS: list[Migration] = [
     _m009_history_indexes,
     _m010_alert_site,
     _m011_sample_ttft_answer,
+    _m012_baseline_accepts,
 ]
 
 

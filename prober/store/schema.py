@@ -177,6 +177,20 @@ alert_deliveries = sa.Table(
     sa.Index("ix_alert_deliveries_pending", "sink", "delivered_at"),
 )
 
+# `prober baseline accept`: from `since` on, a target's metric (NULL: every metric) is at its normal
+# level; earlier runs leave that metric's drift baseline. A revoked accept no longer counts.
+baseline_accepts = sa.Table(
+    "baseline_accepts", metadata,
+    sa.Column("id", RowId, primary_key=True, autoincrement=True),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("site", sa.Text, nullable=False),
+    sa.Column("metric", sa.Text),
+    sa.Column("since", UTCDateTime, nullable=False),
+    sa.Column("accepted_at", UTCDateTime, nullable=False),
+    sa.Column("revoked_at", UTCDateTime),
+    sa.Index("ix_baseline_accepts_target", "target", "site"),
+)
+
 # One row: this database's identity, drawn when it was created (or upgraded to it). Alert event ids
 # sent to sinks carry it, so ids from two stores never collide.
 store_identity = sa.Table(

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from prober.core.errors import ConfigError
 from prober.core.records import Metric, Run, SampleRow, completed_targets, utcnow
 from prober.core.redact import redact_text, redact_value
+from prober.store import accepts
 from prober.store.coltypes import UTCDateTime
 from prober.store.engine import open_engine, redacted, write_transaction
 from prober.store.errors import translating_errors
@@ -511,6 +512,17 @@ class Store:
             return ids
 
         return write_transaction(self._engine, work)
+
+    def add_baseline_accept(self, target: str, site: str, metric: str | None, since: dt.datetime) -> int:
+        """Record that `metric` (None: every metric) of `target` from `site` is normal from `since`."""
+        return accepts.add_accept(self._engine, target, site, metric, since)
+
+    def revoke_baseline_accept(self, accept_id: int) -> bool:
+        return accepts.revoke_accept(self._engine, accept_id)
+
+    def baseline_accepts(self, target: str | None = None, site: str | None = None,
+                         in_force: bool = True) -> list[dict[str, Any]]:
+        return accepts.list_accepts(self._engine, target, site, in_force)
 
     def alert_events(self, alert_key: str | None = None) -> list[dict[str, Any]]:
         """Outbox events in the order they happened, each with `deliveries`: {sink: delivery row}

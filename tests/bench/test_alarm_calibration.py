@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -29,14 +30,16 @@ QUIET_NIGHTS = 270          # three budget periods of 90 nights
 HISTORIES = 40
 
 
-def quiet_spend(config, seed: int = 11) -> bench.LevelResult:
-    return bench.noise_level(config, bench.NOISE_LEVELS[-1], QUIET_NIGHTS, histories=0, seed=seed)
+def quiet_spend(config, seed: int = 11, model: str = "high") -> bench.LevelResult:
+    return bench.noise_level(config, bench.MODELS[model], QUIET_NIGHTS, histories=0, seed=seed)
 
 
 def detection_within_two_nights(config, seed: int = 12) -> dict[str, float]:
     result = bench.noise_level(config, bench.REGRESSION_NOISE, nights=HISTORIES, histories=HISTORIES, seed=seed)
     shares = {}
     for regression in bench.REGRESSIONS:
+        if not regression.target:
+            continue
         found = result.delays[regression.name]
         assert len(found) == HISTORIES
         shares[regression.name] = sum(1 for d in found if d is not None and d <= 2) / HISTORIES
@@ -53,6 +56,57 @@ def test_quiet_nights_at_high_noise_stay_within_the_page_budget():
     assert result.near_level / bench.NEAR_FACTOR <= periods, result.near_level
     # And the pages themselves: twice the budget leaves room for one latency night (three pages).
     assert len(result.pages) <= 2 * periods, result.pages
+
+
+@pytest.mark.timeout(600)
+def test_quiet_autocorrelated_nights_stay_under_twice_the_page_budget():
+    # Nights with AR(1) rho 0.5 night effects (issue 30): the spend must stay below twice the budget.
+    config = bench.default_config()
+    result = quiet_spend(config, seed=13, model="low rho 0.5")
+    periods = result.nights_run / 90 * config.drift.false_pages_per_90_nights
+    assert result.near_level / bench.NEAR_FACTOR < 2 * periods, result.near_level
+    assert len(result.pages) <= 3 * periods, result.pages
+
+
+def persistent_history(config, shift_from: int, shift_until: int, nights: int, seed: int = 21):
+    """Per night from `shift_from` on: (pages, resolved, new normal notices) of TTFT-family alerts,
+    TTFT p50 +50% over nights [shift_from, shift_until)."""
+    rng = np.random.default_rng(seed)
+    history, weather = bench.History(config), bench.Weather(bench.MODELS["low"])
+    events = []
+    for index in range(nights):
+        levels = bench.healthy_levels()
+        if shift_from <= index < shift_until:
+            levels["ttft_factor"] = 1.5
+        fired = history.night(bench.Night(rng, weather, levels, index).rows, index)
+        if index >= shift_from:
+            events.append(tuple([row for row in rows if row["metric"] == "ttft_ms"]
+                                for rows in (fired, history.resolved, history.new_normal)))
+    return events
+
+
+@pytest.mark.timeout(600)
+def test_a_persistent_regression_pages_once_and_stays_open_until_it_recovers():
+    config = bench.default_config()
+    # TTFT +50% from night 60 on for 12 nights (fewer than new_normal_nights), then recovered.
+    events = persistent_history(config, 60, 72, 76)
+    pages = [night for night, (fired, _, _) in enumerate(events) if fired]
+    resolves = [night for night, (_, resolved, _) in enumerate(events) if resolved]
+    assert len(pages) == 1 and pages[0] <= 1, pages            # paged within two nights, once
+    assert resolves and min(resolves) >= 12, resolves           # never resolved while it lasted...
+    assert resolves == [resolves[0]] and resolves[0] <= 13, resolves   # ...and resolved on recovery
+
+
+@pytest.mark.timeout(600)
+def test_a_regression_that_lasts_becomes_the_new_normal_once():
+    config = bench.default_config()
+    events = persistent_history(config, 60, 10_000, 60 + config.drift.new_normal_nights + 8)
+    pages = [night for night, (fired, _, _) in enumerate(events) if fired]
+    new_normal = [night for night, (_, _, notices) in enumerate(events) if notices]
+    resolves = [night for night, (_, resolved, _) in enumerate(events) if resolved]
+    assert len(pages) == 1 and not resolves, (pages, resolves)
+    # One notice, new_normal_nights after the page; the level it re-baselined on pages no more.
+    assert new_normal == [pages[0] + config.drift.new_normal_nights], new_normal
 
 
 @pytest.mark.timeout(600)

@@ -48,7 +48,8 @@ def test_new_database_gets_the_whole_schema(store_url):
     try:
         assert set(sa.inspect(engine).get_table_names()) == {"runs", "samples", "metrics", "schema_migrations",
                                                               "alerts", "alert_events", "alert_deliveries",
-                                                              "run_targets", "run_entries", "store_identity"}
+                                                              "run_targets", "run_entries", "store_identity",
+                                                              "baseline_accepts"}
         assert _columns(engine, "runs") == RUN_COLUMNS
         assert _columns(engine, "samples") == SAMPLE_COLUMNS
         assert _columns(engine, "metrics") == METRIC_COLUMNS
@@ -64,7 +65,8 @@ def test_new_database_gets_the_whole_schema(store_url):
                                                                (8, "m008_run_site_batch"),
                                                                (9, "m009_history_indexes"),
                                                                (10, "m010_alert_site"),
-                                                               (11, "m011_sample_ttft_answer")]
+                                                               (11, "m011_sample_ttft_answer"),
+                                                               (12, "m012_baseline_accepts")]
         assert schema_version(engine) == len(MIGRATIONS)
     finally:
         engine.dispose()
