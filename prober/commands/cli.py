@@ -596,13 +596,18 @@ def local_install(
 
 @local_app.command("stop")
 def local_stop(port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8080) -> None:
-    """Stop the llama-server started by `prober local start`.
+    """Stop the llama-server started by `prober local start`, or one another cache dir started there.
 
     Example: prober local stop
     """
     from prober.local import server as local
 
-    out.print("stopped" if local.stop(port) else f"no llama-server started by prober on port {port}")
+    if local.stop(port):
+        out.print("stopped")
+    elif (pid := local.stop_foreign_llama_server(port)) is not None:
+        out.print(f"stopped llama-server pid {pid} on port {port} (not started from this cache dir)")
+    else:
+        out.print(f"no llama-server on port {port}")
 
 
 @local_app.command("status")
@@ -615,6 +620,10 @@ def local_status(port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 
 
     info = local.status(port)
     if info is None:
+        if (owner := local.foreign_server(port)) is not None:
+            # Someone else's server: `prober run --target local` would probe it all the same.
+            out.print(f"running, {escape(owner.describe())}")
+            raise typer.Exit(0 if owner.healthy else 1)
         out.print(f"not running (port {port})")
         raise typer.Exit(1)
     state = "healthy" if local.healthy(port) else "not healthy"
