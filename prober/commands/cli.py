@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import tomllib
 from pathlib import Path
@@ -399,6 +400,31 @@ def samples(
     samples_command(_config(config, db), out, err, _shown, run_id, target, label or [], errors, as_json)
 
 
+class PushError(ProberError):
+    """The Pushgateway could not be reached or refused the push; the textfile is written."""
+
+    exit_code = 3
+
+
+def _push_textfile(base_url: str, text: str, site: str) -> None:
+    """POST the textfile to a Pushgateway through the alert sinks' sender (prober's transport):
+    the gateway replaces, in this site's group, every family the text names."""
+    import asyncio
+
+    from prober.alerting.sinks import DeliveryError, post
+    from prober.reports.prometheus import pushgateway_url
+
+    url = pushgateway_url(base_url, site)
+    try:
+        status, answer = asyncio.run(post(url, text.encode(), {"Content-Type": "text/plain; version=0.0.4"},
+                                          timeout=30.0))
+    except DeliveryError as exc:
+        raise PushError(f"--push {base_url}: {exc}") from None
+    if status // 100 != 2:
+        raise PushError(f"--push {base_url}: the Pushgateway answered {status}: {answer.strip()[:300]}")
+    err.print(f"pushed to {_shown(base_url)} as job=prober instance={_shown(site)}")
+
+
 @app.command()
 def export(
     fmt: Annotated[str, typer.Option("--format", "-f", help="csv, parquet or prometheus")],
@@ -406,11 +432,14 @@ def export(
     since: SinceOption = None,
     run_id: Annotated[str | None, typer.Option("--run", help="only this run (id or unique prefix)")] = None,
     target: Annotated[str | None, typer.Option("--target", "-t", help="only this target")] = None,
+    push: Annotated[str | None, typer.Option("--push", help="prometheus only: also push the series to this "
+                                             "Pushgateway (http://host:9091)")] = None,
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
     """Export samples and metrics (csv, parquet), or the latest complete run of each target and
-    suite as a node_exporter textfile (prometheus: OUT/prober.prom).
+    suite as a node_exporter textfile (prometheus: OUT/prober.prom), optionally pushed to a
+    Prometheus Pushgateway as job `prober`, instance = this site.
 
     Example: prober export --format prometheus --out /var/lib/node_exporter/textfile_collector
     """
@@ -420,6 +449,8 @@ def export(
 
     if fmt not in (*TABLE_FORMATS, "prometheus"):
         raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(TABLE_FORMATS)}, prometheus")
+    if push is not None and fmt != "prometheus":
+        raise ConfigError(f"--push: only with --format prometheus, not {fmt}")
     cfg = _config(config, db)
     start = parse_since(since)
     store = open_store(cfg.store.url, err, create=False)
@@ -441,6 +472,8 @@ def export(
             partial.replace(path)
             err.print(f"exported {_shown(describe(rows))}")
             written = [path.resolve()]
+            if push is not None:
+                _push_textfile(push, text, cfg.run_site(socket.gethostname()))
         else:
             written = export_tables(store, fmt, out_dir, since=start, run_id=run_id, target=target)
     finally:
