@@ -29,7 +29,7 @@ from prober.core import stats
 from prober.core.collector import quiet_garbage_collector
 from prober.core.config import ProberConfig, TargetConfig
 from prober.core.errors import ConfigError
-from prober.core.records import Metric, Run, labels_key, new_run_id, utcnow
+from prober.core.records import Metric, Run, label_text, labels_key, new_run_id, utcnow
 from prober.core.redact import register_config
 from prober.run import event_loop
 from prober.run.budget import BudgetExhausted, RunBudget
@@ -264,9 +264,9 @@ class Runner:
         limited = {(m.target, m.probe, labels_key(m.labels)): m.labels for m in metrics
                    if stats.CLIENT_LIMITED in (m.flags or [])}
         for (target_name, probe_name, _), labels in limited.items():
-            self.console.print(f"warning: {target_name} {probe_name} {labels}: the client did not keep this "
-                               f"open-loop level's schedule; its figures are flagged {stats.CLIENT_LIMITED} and "
-                               f"never judged", markup=False)
+            self.console.print(f"warning: {target_name} {probe_name} {label_text(labels)}: the client did not keep "
+                               f"this open-loop level's schedule; its figures are flagged {stats.CLIENT_LIMITED} "
+                               f"and never judged", markup=False)
         names = {target.name for target in targets}
         # Client honesty: the event-loop lag over each measured loop, reported beside its results.
         for session in (s for s in sessions if s.target.name in names):
@@ -282,7 +282,7 @@ class Runner:
                                       name="client_saturated", value=float(lag_summary["saturated"]),
                                       labels=labels, n=lag_summary["n"], unit="bool", entry=session.entry))
                 if lag_summary["saturated"]:
-                    self.console.print(f"warning: {session.target.name} {session.probe_name} {labels}: the "
+                    self.console.print(f"warning: {session.target.name} {session.probe_name} {label_text(labels)}: the "
                                        f"client's event loop lagged (p99 {lag_summary['p99_ms']:.1f} ms); latency "
                                        f"figures there are inflated by the client", markup=False)
         return metrics

@@ -45,8 +45,8 @@ def by_kind(kind: str) -> dict[str, dict[str, Any]]:
 
 
 def pod_specs() -> list[tuple[str, dict[str, Any]]]:
-    return [*((name, job["spec"]["jobTemplate"]["spec"]["template"]["spec"]) for name, job in by_kind("CronJob").items()),
-            *((name, deployment["spec"]["template"]["spec"]) for name, deployment in by_kind("Deployment").items())]
+    jobs = [(name, job["spec"]["jobTemplate"]["spec"]["template"]["spec"]) for name, job in by_kind("CronJob").items()]
+    return jobs + [(name, deployment["spec"]["template"]["spec"]) for name, deployment in by_kind("Deployment").items()]
 
 
 def containers() -> list[tuple[str, dict[str, Any]]]:
