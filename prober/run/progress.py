@@ -30,10 +30,12 @@ class _PlainTask:
     done: int = 0
     failed: int = 0
     start: float = field(default_factory=time.monotonic)
+    unit: str = "requests"
 
     def line(self, *, finished: bool = False) -> str:
         return progress_line(self.description, self.done, self.total, time.monotonic() - self.start,
-                             failed=self.failed, finished=finished)
+                             unit=self.unit, failed=self.failed if self.unit == "requests" else None,
+                             finished=finished)
 
 
 class RunProgress:
@@ -51,6 +53,7 @@ class RunProgress:
         self._ticker: threading.Thread | None = None
         self._last_line = time.monotonic()
         self.interval_s = progress_interval_s()
+        self._suite: TaskID | None = None
 
     def __enter__(self) -> RunProgress:
         if self.live:
@@ -83,18 +86,35 @@ class RunProgress:
     def _print(self, line: str) -> None:
         self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
-    def start_task(self, description: str, total: int | None) -> TaskID:
+    def start_task(self, description: str, total: int | None, *, unit: str = "requests") -> TaskID:
         if self._bars is not None:
             return self._bars.add_task(description, total=total, failed=0)
         with self._lock:
             self._next_id += 1
-            self._plain[self._next_id] = _PlainTask(description, total)
+            self._plain[self._next_id] = _PlainTask(description, total, unit=unit)
             return TaskID(self._next_id)
+
+    def start_suite(self, suite: str, entries: int) -> None:
+        """The whole suite's bar: `entries` suite entries (each entry once per target) to sample;
+        its failed column adds up the failed requests of every level."""
+        self._suite = self.start_task(f"suite {suite} (entries)", entries, unit="entries")
+
+    def entry_done(self) -> None:
+        if self._suite is not None:
+            self.advance(self._suite)
+
+    def finish_suite(self) -> None:
+        if self._suite is not None:
+            self.finish_task(self._suite)
+            self._suite = None
 
     def advance(self, task_id: TaskID, failed: bool = False) -> None:
         if self._bars is not None:
             task = self._bars.tasks[[t.id for t in self._bars.tasks].index(task_id)]
             self._bars.update(task_id, advance=1, failed=task.fields["failed"] + int(failed))
+            if failed and self._suite is not None and task_id != self._suite:
+                suite = self._bars.tasks[[t.id for t in self._bars.tasks].index(self._suite)]
+                self._bars.update(self._suite, failed=suite.fields["failed"] + 1)
             return
         with self._lock:
             if (state := self._plain.get(task_id)) is not None:
@@ -107,6 +127,7 @@ class RunProgress:
             # sent, so that it shows complete and its clock stops.
             task = self._bars.tasks[[t.id for t in self._bars.tasks].index(TaskID(task_id))]
             self._bars.update(TaskID(task_id), total=task.completed)
+            self._bars.stop_task(TaskID(task_id))
             return
         with self._lock:
             state = self._plain.pop(task_id, None)

@@ -180,10 +180,12 @@ class Runner:
         assert resources.writer is not None     # started by resources.start
         counter = itertools.count()
         with RunProgress(self.console, self.config.runner.progress) as progress:
+            progress.start_suite(suite.name, len(targets) * len(suite.entries))
             for target in targets:
                 reason = await self._run_target(store, run, suite, target, keys[target.name], budget,
                                                 resources.writer, progress, counter, sessions)
                 ended[target.name] = ("failed", reason) if reason else ("complete", None)
+            progress.finish_suite()
 
     @staticmethod
     def _samples_stored(store: Store, run_id: str, resources: RunResources, stop: RunStop) -> int:
@@ -241,6 +243,7 @@ class Runner:
                 if emulator is not None:
                     emulator.pace, emulator.tokens_per_chunk = EMULATOR_PACE[entry.probe.timing]
                 await entry.probe.run(session, entry.params)
+                progress.entry_done()
         except BudgetExhausted as exc:
             return f"budget exhausted: {exc}"
         finally:
