@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import tomllib
 from pathlib import Path
@@ -423,6 +424,31 @@ def samples(
     samples_command(_config(config, db), out, err, _shown, run_id, target, label or [], errors, as_json)
 
 
+class PushError(ProberError):
+    """The Pushgateway could not be reached or refused the push; the textfile is written."""
+
+    exit_code = 3
+
+
+def _push_textfile(base_url: str, text: str, site: str) -> None:
+    """POST the textfile to a Pushgateway through the alert sinks' sender (prober's transport):
+    the gateway replaces, in this site's group, every family the text names."""
+    import asyncio
+
+    from prober.alerting.sinks import DeliveryError, post
+    from prober.reports.prometheus import pushgateway_url
+
+    url = pushgateway_url(base_url, site)
+    try:
+        status, answer = asyncio.run(post(url, text.encode(), {"Content-Type": "text/plain; version=0.0.4"},
+                                          timeout=30.0))
+    except DeliveryError as exc:
+        raise PushError(f"--push {base_url}: {exc}") from None
+    if status // 100 != 2:
+        raise PushError(f"--push {base_url}: the Pushgateway answered {status}: {answer.strip()[:300]}")
+    err.print(f"pushed to {_shown(base_url)} as job=prober instance={_shown(site)}")
+
+
 @app.command()
 def export(
     fmt: Annotated[str, typer.Option("--format", "-f", help="csv, parquet or prometheus")],
@@ -430,11 +456,14 @@ def export(
     since: SinceOption = None,
     run_id: Annotated[str | None, typer.Option("--run", help="only this run (id or unique prefix)")] = None,
     target: Annotated[str | None, typer.Option("--target", "-t", help="only this target")] = None,
+    push: Annotated[str | None, typer.Option("--push", help="prometheus only: also push the series to this "
+                                             "Pushgateway (http://host:9091)")] = None,
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
     """Export samples and metrics (csv, parquet), or the latest complete run of each target and
-    suite as a node_exporter textfile (prometheus: OUT/prober.prom).
+    suite as a node_exporter textfile (prometheus: OUT/prober.prom), optionally pushed to a
+    Prometheus Pushgateway as job `prober`, instance = this site.
 
     Example: prober export --format prometheus --out /var/lib/node_exporter/textfile_collector
     """
@@ -444,6 +473,8 @@ def export(
 
     if fmt not in (*TABLE_FORMATS, "prometheus"):
         raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(TABLE_FORMATS)}, prometheus")
+    if push is not None and fmt != "prometheus":
+        raise ConfigError(f"--push: only with --format prometheus, not {fmt}")
     cfg = _config(config, db)
     start = parse_since(since)
     store = open_store(cfg.store.url, err, create=False)
@@ -465,6 +496,8 @@ def export(
             partial.replace(path)
             err.print(f"exported {_shown(describe(rows))}")
             written = [path.resolve()]
+            if push is not None:
+                _push_textfile(push, text, cfg.run_site(socket.gethostname()))
         else:
             written = export_tables(store, fmt, out_dir, since=start, run_id=run_id, target=target)
     finally:
@@ -687,13 +720,18 @@ def local_install(
 
 @local_app.command("stop")
 def local_stop(port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8080) -> None:
-    """Stop the llama-server started by `prober local start`.
+    """Stop the llama-server started by `prober local start`, or one another cache dir started there.
 
     Example: prober local stop
     """
     from prober.local import server as local
 
-    out.print("stopped" if local.stop(port) else f"no llama-server started by prober on port {port}")
+    if local.stop(port):
+        out.print("stopped")
+    elif (pid := local.stop_foreign_llama_server(port)) is not None:
+        out.print(f"stopped llama-server pid {pid} on port {port} (not started from this cache dir)")
+    else:
+        out.print(f"no llama-server on port {port}")
 
 
 @local_app.command("status")
@@ -706,6 +744,10 @@ def local_status(port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 
 
     info = local.status(port)
     if info is None:
+        if (owner := local.foreign_server(port)) is not None:
+            # Someone else's server: `prober run --target local` would probe it all the same.
+            out.print(f"running, {escape(owner.describe())}")
+            raise typer.Exit(0 if owner.healthy else 1)
         out.print(f"not running (port {port})")
         raise typer.Exit(1)
     state = "healthy" if local.healthy(port) else "not healthy"

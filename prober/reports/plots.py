@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prober.core import stats
+from prober.core import records, stats
 from prober.core.declarations import Chart
 from prober.core.probe_registry import find_probe
 
@@ -70,10 +70,8 @@ class MetricSeries:
 
 
 def label_text(labels: dict[str, Any] | None, skip: Iterable[str] = ()) -> str:
-    """`key=value, ...` in key order; a label whose value is None (not applicable to the cell, as a
-    penalty baseline's penalty_value) is left out rather than shown as Python's "None"."""
-    skipped = set(skip) | _IGNORED_LABELS
-    return ", ".join(f"{k}={v}" for k, v in sorted((labels or {}).items()) if k not in skipped and v is not None)
+    """prober.core.records.label_text without the labels a report never shows (`phase`)."""
+    return records.label_text(labels, set(skip) | _IGNORED_LABELS)
 
 
 def _number(value: Any) -> float | None:

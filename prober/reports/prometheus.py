@@ -22,6 +22,7 @@ label and an empty one alike.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import math
 import re
@@ -251,3 +252,15 @@ def describe(rows: list[dict[str, Any]]) -> str:
     return "; ".join(f"{target} / {suite}{f' from {site}' if site else ''}: run {run_id}"
                      for (target, suite, site), run_id in sorted(latest.items())) or "no complete run"
 
+
+
+PUSH_JOB = "prober"
+
+
+def pushgateway_url(base_url: str, instance: str) -> str:
+    """Where `prober export --push` sends the textfile on a Prometheus Pushgateway: the group of job
+    `prober` and instance `instance` (the exporting site), so that sites pushing to one gateway keep
+    their own groups. The value goes base64-encoded (the gateway's `label@base64` form), so that no
+    character of a site (`:`, `+`) needs URL escaping."""
+    encoded = base64.urlsafe_b64encode(instance.encode()).decode() or "="
+    return f"{base_url.rstrip('/')}/metrics/job/{PUSH_JOB}/instance@base64/{encoded}"

@@ -29,7 +29,7 @@ from prober.core import stats
 from prober.core.collector import quiet_garbage_collector
 from prober.core.config import ProberConfig, TargetConfig
 from prober.core.errors import ConfigError
-from prober.core.records import Metric, Run, labels_key, new_run_id, utcnow
+from prober.core.records import Metric, Run, label_text, labels_key, new_run_id, utcnow
 from prober.core.redact import register_config
 from prober.run import event_loop
 from prober.run.budget import BudgetExhausted, RunBudget
@@ -180,10 +180,12 @@ class Runner:
         assert resources.writer is not None     # started by resources.start
         counter = itertools.count()
         with RunProgress(self.console, self.config.runner.progress) as progress:
+            progress.start_suite(suite.name, len(targets) * len(suite.entries))
             for target in targets:
                 reason = await self._run_target(store, run, suite, target, keys[target.name], budget,
                                                 resources.writer, progress, counter, sessions)
                 ended[target.name] = ("failed", reason) if reason else ("complete", None)
+            progress.finish_suite()
 
     @staticmethod
     def _samples_stored(store: Store, run_id: str, resources: RunResources, stop: RunStop) -> int:
@@ -241,6 +243,7 @@ class Runner:
                 if emulator is not None:
                     emulator.pace, emulator.tokens_per_chunk = EMULATOR_PACE[entry.probe.timing]
                 await entry.probe.run(session, entry.params)
+                progress.entry_done()
         except BudgetExhausted as exc:
             return f"budget exhausted: {exc}"
         finally:
@@ -264,9 +267,9 @@ class Runner:
         limited = {(m.target, m.probe, labels_key(m.labels)): m.labels for m in metrics
                    if stats.CLIENT_LIMITED in (m.flags or [])}
         for (target_name, probe_name, _), labels in limited.items():
-            self.console.print(f"warning: {target_name} {probe_name} {labels}: the client did not keep this "
-                               f"open-loop level's schedule; its figures are flagged {stats.CLIENT_LIMITED} and "
-                               f"never judged", markup=False)
+            self.console.print(f"warning: {target_name} {probe_name} {label_text(labels)}: the client did not keep "
+                               f"this open-loop level's schedule; its figures are flagged {stats.CLIENT_LIMITED} "
+                               f"and never judged", markup=False)
         names = {target.name for target in targets}
         # Client honesty: the event-loop lag over each measured loop, reported beside its results.
         for session in (s for s in sessions if s.target.name in names):
@@ -282,7 +285,7 @@ class Runner:
                                       name="client_saturated", value=float(lag_summary["saturated"]),
                                       labels=labels, n=lag_summary["n"], unit="bool", entry=session.entry))
                 if lag_summary["saturated"]:
-                    self.console.print(f"warning: {session.target.name} {session.probe_name} {labels}: the "
+                    self.console.print(f"warning: {session.target.name} {session.probe_name} {label_text(labels)}: the "
                                        f"client's event loop lagged (p99 {lag_summary['p99_ms']:.1f} ms); latency "
                                        f"figures there are inflated by the client", markup=False)
         return metrics

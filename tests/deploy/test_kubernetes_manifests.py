@@ -45,8 +45,8 @@ def by_kind(kind: str) -> dict[str, dict[str, Any]]:
 
 
 def pod_specs() -> list[tuple[str, dict[str, Any]]]:
-    return [(name, job["spec"]["jobTemplate"]["spec"]["template"]["spec"])
-            for name, job in by_kind("CronJob").items()]
+    jobs = [(name, job["spec"]["jobTemplate"]["spec"]["template"]["spec"]) for name, job in by_kind("CronJob").items()]
+    return jobs + [(name, deployment["spec"]["template"]["spec"]) for name, deployment in by_kind("Deployment").items()]
 
 
 def containers() -> list[tuple[str, dict[str, Any]]]:
@@ -55,7 +55,8 @@ def containers() -> list[tuple[str, dict[str, Any]]]:
 
 def test_the_manifests_hold_what_the_docs_promise():
     kinds = sorted(doc["kind"] for _, doc in DOCS)
-    assert kinds == ["ConfigMap", "CronJob", "CronJob", "CronJob", "PersistentVolumeClaim", "Secret", "Secret"]
+    assert kinds == ["ConfigMap", "CronJob", "CronJob", "CronJob", "Deployment", "PersistentVolumeClaim", "Secret",
+                     "Secret", "Service"]
     assert by_kind("CronJob")["prober-fleet"]["spec"]["jobTemplate"]["spec"]["completionMode"] == "Indexed"
 
 
@@ -129,6 +130,36 @@ def test_every_container_requests_cpu_and_memory_and_is_limited_in_memory_only()
     for where, container in containers():
         assert set(container["resources"]["requests"]) == {"cpu", "memory"}, where
         assert set(container["resources"]["limits"]) == {"memory"}, where
+
+
+def test_no_pod_gets_a_service_account_token_or_a_writable_root_filesystem():
+    """Nothing here calls the Kubernetes API, and nothing writes outside its volumes: a token or a
+    writable image would only widen what a compromised pod can do."""
+    specs = pod_specs()
+    assert len(specs) == 4
+    for where, spec in specs:
+        assert spec["automountServiceAccountToken"] is False, where
+        emptydirs = {volume["name"] for volume in spec["volumes"] if "emptyDir" in volume}
+        for container in spec["containers"]:
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True, (where, container["name"])
+            mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
+            if container["name"] == "prober":      # Python's and matplotlib's scratch files
+                assert mounts.get("/tmp") in emptydirs, where
+
+
+def test_every_textfile_export_pushes_to_the_pushgateway_service():
+    (service,) = by_kind("Service").values()
+    port = service["spec"]["ports"][0]["port"]
+    (deployment,) = by_kind("Deployment").values()
+    assert service["spec"]["selector"] == deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert f"--web.listen-address=:{port}" in container["args"]
+    url = f"http://{service['metadata']['name']}:{port}"
+    for name in ("prober-nightly", "prober-fleet-report"):
+        script, _ = _script(name)
+        exports = [line for line in script.replace("\\\n", " ").splitlines() if "prober export" in line]
+        assert exports and all(f"--push {url}" in line for line in exports), (name, exports)
 
 
 def test_the_shard_count_is_the_indexed_jobs_completion_count():

@@ -8,6 +8,7 @@ inspects the binary it produced.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -107,3 +108,19 @@ def test_the_built_binary_is_portable_and_smoke_tested():
                                                                               "tileloadd", "tdpbssd"))]
     assert amx == []
     assert len(listing) > 1_000_000   # it really disassembled a server, not an empty file
+
+
+@pytest.mark.unit
+def test_a_long_build_step_says_how_far_it_is_with_a_timestamp(tmp_path, monkeypatch, capsys):
+    # A stand-in for ninja: four steps, 0.3 s apart, its output going to the log, not the terminal.
+    step = _script(tmp_path / "fake-ninja", "#!/bin/sh\nfor i in 1 2 3 4; do echo \"[$i/4] Building obj$i\"; "
+                                             "sleep 0.3; done\n")
+    monkeypatch.setenv("PROBER_PROGRESS_INTERVAL_S", "0.1")
+    local_build._run_step([str(step)], "cmake build of llama-server", tmp_path / "build.log")
+    lines = capsys.readouterr().err.splitlines()
+    assert "Building obj" not in "\n".join(lines)       # the tool's own output stays in the log
+    marks = [re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z cmake build of llama-server: (?:(\d+)/4|0) "
+                      r"steps, [\d.]+s, eta (\d+:\d\d:\d\d|\?)$", line) for line in lines]
+    assert len(lines) >= 4 and all(marks), lines
+    done = [int(m.group(1)) for m in marks if m and m.group(1)]     # before its first mark: "0 steps"
+    assert done == sorted(done) and done[-1] >= 3, done

@@ -171,7 +171,7 @@ def test_a_starved_client_is_flagged_client_limited_and_never_judged(tmp_path, c
     assert client_limited_levels(starved) == {50.0: 1.0}
     # The run says so as it ends, as well as `prober show` afterwards.
     warned = " ".join(capsys.readouterr().err.split())
-    assert "emu latency {'arrival': 'constant', 'rate_rps': 50.0}: the client did not keep this open-loop " \
+    assert "emu latency arrival=constant, rate_rps=50.0: the client did not keep this open-loop " \
            "level's schedule" in warned
     level = [m for m in starved if m["labels"].get("rate_rps") == 50.0]
     # Every figure of the level is flagged; the runner's event-loop lag beside them is the evidence.
