@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -87,11 +88,17 @@ def run_phase(phase: Phase, state_file: Path | None) -> Cost:
                 os.waitstatus_to_exitcode(status))
 
 
-def table(costs: list[Cost]) -> str:
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def table(costs: list[Cost], total: bool = True) -> str:
     lines = [f"{'phase':<14} {'wall s':>8} {'CPU s':>8} {'llama-server CPU s':>19} {'peak MB':>8}"]
     for cost in costs:
         lines.append(f"{cost.name:<14} {cost.wall_s:>8.1f} {cost.cpu_s:>8.1f} {cost.server_cpu_s:>19.1f} "
                      f"{cost.peak_mb:>8.0f}")
+    if not total:
+        return "\n".join(lines)
     lines.append(f"{'total':<14} {sum(c.wall_s for c in costs):>8.1f} {sum(c.cpu_s for c in costs):>8.1f} "
                  f"{sum(c.server_cpu_s for c in costs):>19.1f} {max((c.peak_mb for c in costs), default=0):>8.0f}")
     return "\n".join(lines)
@@ -111,12 +118,19 @@ def main(argv: list[str]) -> int:
         return 2
     costs: list[Cost] = []
     failed = 0
-    for phase in phases:
-        costs.append(run_phase(phase, args.server_state))
-        if costs[-1].exit_code not in phase.ok_codes:
-            failed = costs[-1].exit_code or 1
-            print(f"error: phase {phase.name} exited with code {costs[-1].exit_code}", file=sys.stderr)
-            break
+    # An interrupted demo (Ctrl-C, a timeout's SIGTERM) still prints the phases it finished.
+    signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        for phase in phases:
+            costs.append(run_phase(phase, args.server_state))
+            print(f"== {phase.name} done:\n{table(costs[-1:], total=False)}", file=sys.stderr, flush=True)
+            if costs[-1].exit_code not in phase.ok_codes:
+                failed = costs[-1].exit_code or 1
+                print(f"error: phase {phase.name} exited with code {costs[-1].exit_code}", file=sys.stderr)
+                break
+    except KeyboardInterrupt:
+        print("error: interrupted; the phases finished so far:", file=sys.stderr)
+        failed = 130
     load = os.getloadavg()
     print(f"\nmake demo, per phase ({os.cpu_count()} cores; load average {load[0]:.1f} {load[1]:.1f} "
           f"{load[2]:.1f} at the end; CPU s = user + system):")

@@ -60,3 +60,18 @@ def test_a_failing_phase_stops_the_demo_with_its_exit_code(tmp_path, capsys):
     assert "error: phase first exited with code 3" in capsys.readouterr().err
     assert demo_phases.main(["run:0,1=exit 1"]) == 0
     assert demo_phases.main(["bad spec"]) == 2
+
+
+@pytest.mark.unit
+def test_an_interrupted_demo_still_prints_the_phases_it_finished():
+    demo = subprocess.Popen([sys.executable, str(SCRIPT), "first=true", "second=sleep 60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert demo.stderr is not None
+    for line in demo.stderr:
+        if line.startswith("== second:"):
+            break
+    demo.terminate()
+    out, _ = demo.communicate(timeout=30)
+    assert demo.returncode == 130
+    rows = [line.split()[0] for line in out.splitlines() if line.strip()]
+    assert "first" in rows and "second" not in rows and "total" in rows
