@@ -24,21 +24,22 @@ install: $(VENV)/.installed
 
 runtime-install: $(VENV)/.runtime
 
-# The full install satisfies the runtime one too, so it marks both done.
-$(VENV)/.installed: pyproject.toml $(LOCK)
+# One lock into the venv, then the project on top without deps: $(call install_lock,LOCKFILE).
+define install_lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r $(LOCK)
+	$(PY) -m pip install --quiet -r $(1)
 	$(PY) -m pip install --quiet --no-deps -e .
 	$(PY) -m pip check
+endef
+
+# The full install satisfies the runtime one too, so it marks both done.
+$(VENV)/.installed: pyproject.toml $(LOCK)
+	$(call install_lock,$(LOCK))
 	touch $@ $(VENV)/.runtime
 
 $(VENV)/.runtime: pyproject.toml $(RUNTIME_LOCK)
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r $(RUNTIME_LOCK)
-	$(PY) -m pip install --quiet --no-deps -e .
-	$(PY) -m pip check
+	$(call install_lock,$(RUNTIME_LOCK))
 	touch $@
 
 # Re-resolve the lock to the newest versions pyproject.toml allows (uv runs from the venv, not CI's deps);
