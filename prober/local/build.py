@@ -56,7 +56,7 @@ PORTABLE_CMAKE_FLAGS = (
     "-DLLAMA_CURL=OFF",
     # Compile time, not run time: -O3 only where a token's time goes. Outside ggml (the model loader,
     # the server's HTTP and JSON, the chat templates, the multimodal library a text model never
-    # calls) -O1 compiles in about two thirds of -O3's CPU (docs/measurements.md); ggml, whose tensor
+    # calls) -O1 compiles in about 40% less CPU than -O3 (docs/measurements.md); ggml, whose tensor
     # kernels run for every token, keeps -O3 through GGML_OPTIMISATION below.
     "-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG",
     "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG",
