@@ -80,7 +80,13 @@ def run_phase(phase: Phase, state_file: Path | None) -> Cost:
     server_before = server_cpu_seconds(state_file)
     started = time.monotonic()
     child = subprocess.Popen(["/bin/sh", "-c", phase.command])
-    _, status, usage = os.wait4(child.pid, 0)
+    try:
+        _, status, usage = os.wait4(child.pid, 0)
+    except KeyboardInterrupt:
+        # Signalled alone (not with its process group, as Ctrl-C and timeout do): stop the phase too.
+        child.terminate()
+        child.wait()
+        raise
     wall = time.monotonic() - started
     server = max(0.0, server_cpu_seconds(state_file) - server_before)
     # ru_maxrss is in kilobytes on Linux.
