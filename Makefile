@@ -1,6 +1,7 @@
 # The two commands the README starts with:
-#   make demo   install, start the local llama-server, run the nightly suite (every suite, demo-sized)
-#               against it, write the HTML report and print its path
+#   make demo   install the runtime dependencies only, build and start the local llama-server, run the
+#               nightly suite (every suite, demo-sized) against it, write the HTML report, print its
+#               path and what each phase cost (scripts/demo_phases.py)
 #   make test   install everything the tests need (PostgreSQL, llama-server, the model) and run them
 #   make test-fast  the edit-test loop: the `unit` and `emulator` tiers, needing nothing but `make install`
 VENV ?= .venv
@@ -9,33 +10,50 @@ PY := $(VENV)/bin/python
 PROBER := $(VENV)/bin/prober
 export PROBER_CACHE_DIR ?= $(HOME)/.cache/prober
 
-.PHONY: install lock system-deps local-endpoint gateway demo test test-fast lint typecheck bench clean
+.PHONY: install runtime-install lock system-deps local-endpoint gateway demo test test-fast lint typecheck bench clean
 
 # The versions CI tests with: requirements/ci.lock pins llm-prober[test] for Python 3.11 on linux x86-64
 # (with hashes), so a run resolves nothing fresh; the project itself goes in on top, without deps.
 # `pip check` fails the install when pyproject.toml asks for something the lock lacks (run `make lock`).
 LOCK := requirements/ci.lock
+# What `make demo` installs: prober's runtime dependencies alone (no extra: no mypy, ruff, pandas,
+# statsmodels, pyarrow, pytest or stubs), pinned to the CI lock's versions by `make lock`.
+RUNTIME_LOCK := requirements/runtime.lock
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml $(LOCK)
+runtime-install: $(VENV)/.runtime
+
+# One lock into the venv, then the project on top without deps: $(call install_lock,LOCKFILE).
+define install_lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r $(LOCK)
+	$(PY) -m pip install --quiet -r $(1)
 	# The distribution was called prober until it became llm-prober: a venv or a tree with the old
 	# metadata registers every probe twice (prober/core/probe_registry.py refuses that).
 	$(PY) -m pip uninstall --quiet --yes prober
 	rm -rf prober.egg-info
 	$(PY) -m pip install --quiet --no-deps -e .
 	$(PY) -m pip check
+endef
+
+# The full install satisfies the runtime one too, so it marks both done.
+$(VENV)/.installed: pyproject.toml $(LOCK)
+	$(call install_lock,$(LOCK))
+	touch $@ $(VENV)/.runtime
+
+$(VENV)/.runtime: pyproject.toml $(RUNTIME_LOCK)
+	$(call install_lock,$(RUNTIME_LOCK))
 	touch $@
 
-# Re-resolve the lock to the newest versions pyproject.toml allows (uv runs from the venv, not CI's deps).
+# Re-resolve the lock to the newest versions pyproject.toml allows (uv runs from the venv, not CI's deps);
+# the runtime lock is then the CI lock's subset without the extras (-c: the same versions).
+LOCK_TARGET := --python-version 3.11 --python-platform x86_64-unknown-linux-gnu --generate-hashes --quiet
 lock:
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet uv
-	$(VENV)/bin/uv pip compile pyproject.toml --extra test --python-version 3.11 \
-	    --python-platform x86_64-unknown-linux-gnu --generate-hashes --upgrade --quiet -o $(LOCK)
+	$(VENV)/bin/uv pip compile pyproject.toml --extra test $(LOCK_TARGET) --upgrade -o $(LOCK)
+	$(VENV)/bin/uv pip compile pyproject.toml -c $(LOCK) $(LOCK_TARGET) -o $(RUNTIME_LOCK)
 
 system-deps:
 	bash scripts/install-system-deps.sh
@@ -46,21 +64,30 @@ gateway:
 	bash scripts/install-gateway.sh
 
 # Builds llama-server with portable flags (only the server target) and smoke-tests it before caching.
-local-endpoint: install
+local-endpoint: runtime-install
 	bash scripts/install-build-deps.sh
 	$(PROBER) local install
 
 # The local model shares 2 CPU cores with the client, so the demo config shadows each built-in suite
 # with a smaller grid (examples/local-demo/suites); the nightly suite itself is the built-in one.
 # `prober run` exits 1 when an SLO or drift alert fires: the demo still writes the report then.
+# Each phase is timed on its own (wall, CPU seconds with llama-server's own, peak memory) and the
+# table printed at the end; docs/measurements.md keeps the figures. The model is unpacked before the
+# build because the build's smoke test needs it (so `prober local install` then only builds). The
+# demo stops the llama-server it started last, so that no later `prober run` probes it unawares.
 DEMO_CONFIG := examples/local-demo/prober.toml
-demo: local-endpoint
-	$(PROBER) local start
-	$(PROBER) run --config $(DEMO_CONFIG) --suite nightly --target local; \
-	    status=$$?; [ $$status -le 1 ] || exit $$status
-	$(PROBER) report --config $(DEMO_CONFIG) --out prober-reports
+demo:
+	$(PYTHON) scripts/demo_phases.py --server-state "$(PROBER_CACHE_DIR)/llama-server-8080.json" \
+	    "install=make --no-print-directory runtime-install VENV=$(VENV) PYTHON=$(PYTHON)" \
+	    "build tools=bash scripts/install-build-deps.sh" \
+	    "model=$(PY) -c 'from prober.local.server import model_path; print(model_path())'" \
+	    "build=$(PROBER) local install" \
+	    "server start=$(PROBER) local start" \
+	    "run:0,1=$(PROBER) run --config $(DEMO_CONFIG) --suite nightly --target local" \
+	    "report=$(PROBER) report --config $(DEMO_CONFIG) --out prober-reports" \
+	    "server stop=$(PROBER) local stop"
 
-test: system-deps local-endpoint gateway
+test: install system-deps local-endpoint gateway
 	$(NO_RECOMPILE) $(PY) -m pytest -q -p no:cacheprovider
 
 # No apt, no llama-server build, no PostgreSQL: tests/conftest.py describes the tiers. Everything but

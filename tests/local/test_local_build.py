@@ -124,3 +124,33 @@ def test_a_long_build_step_says_how_far_it_is_with_a_timestamp(tmp_path, monkeyp
     assert len(lines) >= 4 and all(marks), lines
     done = [int(m.group(1)) for m in marks if m and m.group(1)]     # before its first mark: "0 steps"
     assert done == sorted(done) and done[-1] >= 3, done
+
+
+def test_only_ggml_keeps_O3_and_the_split_is_part_of_the_build_key(tmp_path, monkeypatch):
+    monkeypatch.delenv("PROBER_LLAMA_CMAKE_ARGS", raising=False)
+    flags = local_build.cmake_flags()
+    assert "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" in flags and "-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG" in flags
+    assert 'set(CMAKE_CXX_FLAGS_RELEASE "-O3 -DNDEBUG")' in local_build.GGML_OPTIMISATION
+    before = local_build.build_key(flags)
+    monkeypatch.setattr(local_build, "GGML_OPTIMISATION", local_build.GGML_OPTIMISATION.replace("-O3", "-O2"))
+    assert local_build.build_key(flags) != before   # another include never reuses this build
+
+
+@pytest.mark.real
+def test_configure_compiles_ggml_at_O3_and_the_rest_at_O1(tmp_path, monkeypatch):
+    """The flags as cmake applies them: every llama-server compile command, from the cached sdist."""
+    monkeypatch.delenv("PROBER_LLAMA_CMAKE_ARGS", raising=False)
+    if shutil.which("ninja") is None:
+        pytest.fail("ninja is needed (scripts/install-build-deps.sh installs it)")
+    source = local_build._extract_source(local_build._download_sdist(local.cache_dir()), tmp_path / "src")
+    local_build.configure(source, tmp_path / "build", local_build.cmake_flags(), tmp_path / "build.log")
+    commands = subprocess.run(["ninja", "-C", str(tmp_path / "build"), "-t", "commands", "llama-server"],
+                              capture_output=True, text=True, check=True).stdout.splitlines()
+    compiles = [line for line in commands if " -c " in line]
+    assert len(compiles) > 100
+    ggml = [line for line in compiles if f"{source}/ggml/src/" in line.split(" -c ")[1]]
+    rest = [line for line in compiles if line not in ggml]
+    assert ggml and rest
+    assert all(" -O3 " in line and " -O1 " not in line for line in ggml)
+    assert all(" -O1 " in line and " -O3 " not in line for line in rest)
+    assert not any("-march=native" in line for line in compiles)

@@ -21,6 +21,9 @@ from tests.support.report_store import EVIL_TARGET, FAILED_RUN, write_cli_config
 # Where the screenshots go: CI keeps this directory as its artifacts (.ci/run prints its path).
 SCREENSHOTS = Path(os.environ.get("PROBER_CI_ARTIFACTS", Path(__file__).parents[2] / "ci-artifacts")) \
     / "report-screenshots"
+# The README's screenshot, rewritten only when asked (PROBER_README_SCREENSHOT=1): the page without
+# alerts, whose one target is the emulator; tests/test_readme.py checks the committed file.
+README_SCREENSHOT = Path(__file__).parents[2] / "docs" / "report-screenshot.png"
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +175,8 @@ def test_site_renders_in_chromium_with_screenshots(site, report_store):
     result = chromium(f"--screenshot={SCREENSHOTS / 'latest-no-alerts.png'}", "--window-size=1200,1600",
                       (tmp / "quiet" / "latest.html").as_uri())
     assert result.returncode == 0, result.stderr
+    if os.environ.get("PROBER_README_SCREENSHOT") == "1":
+        result = chromium(f"--screenshot={README_SCREENSHOT}", "--window-size=1200,1500",
+                          (tmp / "quiet" / "latest.html").as_uri())
+        assert result.returncode == 0, result.stderr
+        assert README_SCREENSHOT.read_bytes().startswith(b"\x89PNG") and README_SCREENSHOT.stat().st_size > 30_000
