@@ -447,7 +447,8 @@ def export(
     db: DbOption = None,
 ) -> None:
     """Export samples and metrics (csv, parquet), or the latest complete run of each target and
-    suite as a node_exporter textfile (prometheus: OUT/prober.prom).
+    suite as a node_exporter textfile (prometheus: OUT/prober.prom). The SLO series come from the
+    rules of --config (default ./prober.toml); without rules a note on stderr says none were exported.
 
     Example: prober export --format prometheus --out /var/lib/node_exporter/textfile_collector
     """
@@ -477,6 +478,11 @@ def export(
             partial.write_text(text, encoding="utf-8")
             partial.replace(path)
             err.print(f"exported {_shown(describe(rows))}")
+            if not cfg.slo:   # the SLO series come from the config's rules: say why there are none
+                where = ("no --config given and no ./prober.toml" if cfg.source.startswith("<")
+                         else f"{cfg.source} has no [[slo]] rules")
+                err.print(f"note: exported no SLO series (prober_slo_broken): {_shown(where)}; pass --config "
+                          "with the prober.toml that `prober run` uses")
             written = [path.resolve()]
         else:
             written = export_tables(store, fmt, out_dir, since=start, run_id=run_id, target=target)
