@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,20 +20,12 @@ PARAMS = "--param levels=[1] --param requests_per_level=12 --param warmup=0"
 
 
 def _cron(tmp: Path, threshold: float) -> subprocess.CompletedProcess[str]:
-    (tmp / "prober.toml").write_text(textwrap.dedent(f"""
-        [store]
-        url = "sqlite:///{tmp}/prober.db"
-        [targets.emulator]
-        protocol = "openai"
-        model = "emulator-1"
-        emulator = {{}}
-        [[slo]]
-        name = "ttft_bound"
-        metric = "ttft_p50_ms"
-        labels = {{ concurrency = 1 }}
-        comparator = "<="
-        threshold = {threshold}
-    """))
+    rule = f'{{ name = "ttft_bound", metric = "ttft_p50_ms", labels = {{ concurrency = 1 }}, comparator = "<=", ' \
+           f'threshold = {threshold} }}'
+    (tmp / "prober.toml").write_text(f'store = {{ url = "sqlite:///{tmp}/prober.db" }}\n'
+                                     'targets = { emulator = { protocol = "openai", model = "emulator-1", '
+                                     'emulator = {} } }\n'
+                                     f'slo = [{rule}]\n')
     line = RECIPE.format(dir=tmp, prober=PROBER, params=PARAMS)
     # What cron gives a job: HOME, LOGNAME, SHELL, PATH=/usr/bin:/bin, no terminal, nothing else.
     return subprocess.run(["env", "-i", f"HOME={tmp}", "LOGNAME=root", "SHELL=/bin/sh", "PATH=/usr/bin:/bin",
