@@ -187,6 +187,7 @@ class Evaluation:
 
     firing: list[dict[str, Any]] = field(default_factory=list)
     fired_now: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[dict[str, Any]] = field(default_factory=list)   # breaking, fewer than `for` runs in a row
     resolved_now: list[dict[str, Any]] = field(default_factory=list)
     # drift alerts open for the configured nights, now the baseline: one "new normal" notice each
     new_normal: list[dict[str, Any]] = field(default_factory=list)
@@ -242,6 +243,7 @@ def judge(observations: list[Observation], previous: dict[str, dict[str, Any]], 
             {"firing": evaluation.fired_now, "resolved": evaluation.resolved_now,
              "new_normal": evaluation.new_normal}[event].append(row)
     evaluation.firing = [row for row in rows if row["state"] == "firing"]
+    evaluation.pending = [row for row in rows if row["state"] == "pending"]
     return rows, events, evaluation
 
 
@@ -262,6 +264,24 @@ def deliver_outbox(store: Store, sinks: list[Sink]) -> list[Delivery]:
             store.record_delivery(pending["id"], sink.name, utcnow())
             done.append(Delivery(sink.name, pending["id"], pending["status"], pending["alert_key"], True))
     return done
+
+
+def stand_down(store: Store, sinks: list[Sink], run_id: str, target: str) -> Evaluation:
+    """Resolve every alert of `target` that is firing, whatever its checks say, and deliver the
+    resolutions through the outbox: the end of `prober drill`, whose alerts must not stay active
+    in any sink (an Alertmanager would otherwise hold them for `hold_hours`)."""
+    now = utcnow()
+    rows, events = [], []
+    for row in store.alerts(state="firing"):
+        if row["target"] != target:
+            continue
+        closed = {**row, "state": "resolved", "breaks": 0, "resolved_at": now, "updated_at": now,
+                  "last_run_id": run_id}
+        rows.append(closed)
+        events.append({"alert_key": closed["key"], "status": "resolved", "run_id": run_id, "created_at": now,
+                       "payload": event_payload(closed, "resolved", run_id)})
+    store.save_alert_changes(rows, events, [sink.name for sink in sinks])
+    return Evaluation(resolved_now=rows, deliveries=deliver_outbox(store, sinks))
 
 
 def _renew_alertmanager(store: Store, sinks: list[Sink], still_firing: set[str]) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from rich.console import Console
 
-from prober.alerting.alerts import Delivery, Evaluation, event_payload, make_sinks
+from prober.alerting.alerts import Delivery, Evaluation, event_payload, make_sinks, stand_down
 from prober.alerting.sinks import webhook_body
 from prober.core.config import EmulatorTarget, ProberConfig, SloRule, TargetConfig
 from prober.core.controlchars import escape_controls
@@ -56,6 +56,14 @@ class DrillResult:
     sinks: list[str] = field(default_factory=list)
     temporary_store: bool = True
     first_event_id: str | None = None   # as sinks see it (X-Prober-Event), with the store's identity
+    resolved: list[dict[str, Any]] = field(default_factory=list)   # every alert the drill closed at its end
+    resolutions: list[Delivery] = field(default_factory=list)
+
+    @property
+    def stood_down(self) -> bool:
+        """Every sink accepted the resolution of every alert the drill closed."""
+        delivered = {(d.sink, d.key) for d in self.resolutions if d.ok and d.status == "resolved"}
+        return all((sink, row["key"]) in delivered for sink in self.sinks for row in self.resolved)
 
     @property
     def ok(self) -> bool:
@@ -63,7 +71,8 @@ class DrillResult:
         healthy, regressed = self.exit_codes[:-1], self.exit_codes[-1:]
         delivered = {(d.sink, d.key) for d in self.deliveries if d.ok and d.status == "firing"}
         return (all(code == 0 for code in healthy) and regressed == [1] and bool(self.fired)
-                and all((sink, row["key"]) in delivered for sink in self.sinks for row in self.fired))
+                and all((sink, row["key"]) in delivered for sink in self.sinks for row in self.fired)
+                and self.stood_down)
 
 
 def drill_config(config: ProberConfig, scenario: Path, store_url: str, healthy_runs: int) -> ProberConfig:
@@ -113,7 +122,35 @@ def run_drill(config: ProberConfig, console: Console, run_and_judge: RunAndJudge
                 result.fired = evaluation.fired_now
         result.first_event_id = _first_firing_event_id(drilled.store.url, result.fired)
         _show_arrivals(result, console)
+        _stand_down(drilled, result, console)
+        _show_verdict(result, console)
     return result
+
+
+def _stand_down(drilled: ProberConfig, result: DrillResult, console: Console) -> None:
+    """Resolve what the drill fired in every sink before it exits: a drill is not an incident,
+    and an Alertmanager would otherwise keep its critical alert active for `hold_hours`."""
+    from prober.store import Store
+
+    with Store.open(drilled.store.url) as store:
+        # Only the drill's own target: a --db store may hold real history and real alerts.
+        last_run = store.list_runs(limit=1, target=DRILL_TARGET, counts=False)
+        closed = stand_down(store, make_sinks(drilled), last_run[0]["id"] if last_run else "drill", DRILL_TARGET)
+    result.resolved, result.resolutions = closed.resolved_now, closed.deliveries
+    for delivery in closed.deliveries:
+        state = "delivered" if delivery.ok else f"FAILED ({escape_controls(delivery.error or '')})"
+        console.print(f"  sink {delivery.sink}: resolved event {delivery.event_id} {state}: {delivery.key}",
+                      markup=False)
+    if not closed.resolved_now:
+        console.print("drill: no alert was left firing to resolve", markup=False)
+    elif not result.sinks:
+        console.print(f"drill: resolved its {len(closed.resolved_now)} alert(s) (no sinks to tell)", markup=False)
+    elif result.stood_down:
+        console.print(f"drill: resolved its {len(closed.resolved_now)} alert(s) in every sink; none stays active",
+                      markup=False)
+    else:
+        console.print("drill: some resolutions were NOT delivered: those alerts may stay active in that sink "
+                      "until their endsAt", markup=False)
 
 
 def _first_firing_event_id(store_url: str, fired: list[dict[str, Any]]) -> str | None:
@@ -141,6 +178,9 @@ def _show_arrivals(result: DrillResult, console: Console) -> None:
         state = "delivered" if delivery.ok else f"FAILED ({escape_controls(delivery.error or '')}); {retry}"
         console.print(f"  sink {delivery.sink}: {delivery.status} event {delivery.event_id} {state}: "
                       f"{delivery.key}", markup=False)
+
+
+def _show_verdict(result: DrillResult, console: Console) -> None:
     if not result.ok:
         verdict = "the drill did NOT pass"
     elif result.sinks:

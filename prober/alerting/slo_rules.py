@@ -104,13 +104,27 @@ def slo_line(target: str, states: Sequence[RuleState]) -> str:
     return f"{target}: SLOs: {count[HELD]} held, {count[BROKEN]} broken, {count[NO_DATA]} no data"
 
 
-def target_lines(targets: dict[str, tuple[str, str | None]], slo_states: dict[str, list[RuleState]]) -> list[str]:
-    """The last lines of `prober run`: one per target, `SLOs: N held, M broken, K no data` for a
-    target that completed, its status and reason for one that did not."""
+def alert_state_text(firing: Sequence[dict[str, Any]], pending: Sequence[dict[str, Any]]) -> str:
+    """What the alert rules made of a target's breaks: `; 1 firing` and `; pending: fires after 2
+    consecutive runs (1 so far)`, so that a broken SLO with exit code 0 says why (its `for`)."""
+    parts = [f"{len(firing)} firing"] if firing else []
+    for row in pending:
+        needed = (row.get("detail") or {}).get("for")
+        parts.append(f"pending: {row['name']} fires after {needed} consecutive runs ({row['breaks']} so far)")
+    return "".join(f"; {part}" for part in parts)
+
+
+def target_lines(targets: dict[str, tuple[str, str | None]], slo_states: dict[str, list[RuleState]],
+                 firing: Sequence[dict[str, Any]] = (), pending: Sequence[dict[str, Any]] = ()) -> list[str]:
+    """The last lines of `prober run`: one per target, `SLOs: N held, M broken, K no data` and the
+    alert state (firing, pending with what it waits for) for a target that completed, its status
+    and reason for one that did not. `firing`, `pending`: the run's alert rows in those states."""
     lines = []
     for target, (status, reason) in targets.items():
         if status == "complete":
-            lines.append(slo_line(target, slo_states.get(target, [])))
+            lines.append(slo_line(target, slo_states.get(target, []))
+                         + alert_state_text([r for r in firing if r["target"] == target],
+                                            [r for r in pending if r["target"] == target]))
         else:
             lines.append(f"{target}: {status}{f' ({reason})' if reason else ''}; SLOs not checked")
     return lines

@@ -116,16 +116,25 @@ def run(
     batch: Annotated[str | None, typer.Option("--batch", help="the scheduled night this run belongs to "
                                               "(default: $PROBER_BATCH); `prober report --batch` shows "
                                               "all its runs")] = None,
+    summary: Annotated[bool, typer.Option("--summary", help="only the per-target verdict lines on stdout, "
+                                          "everything else on stderr (for cron: docs/operations.md)")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="the final verdicts as one JSON document on stdout "
+                                          "(schema prober.run/1, docs/json-output.md), everything else on "
+                                          "stderr")] = False,
 ) -> None:
     """Run a suite against targets and store every sample.
 
     Example: prober run --suite latency --target local
 
-    Exit codes: 0 all SLOs held; 1 an SLO broke or drift was detected; 2 usage or configuration
-    error; 3 the run could not complete (unreachable endpoint, error ceiling, budget, interrupted).
+    Exit codes: 0 no alert fired (every SLO held, or a broken one is still pending: a rule with
+    `for = N` fires on its Nth consecutive breaking run, and each target's last line names what is
+    pending); 1 an alert fired (an SLO rule or a drift test); 2 usage or configuration error; 3 the
+    run could not complete (unreachable endpoint, error ceiling, budget, interrupted).
     """
     from prober.commands.run import run_and_judge, run_batch, shard_selection
 
+    if summary and as_json:
+        raise ConfigError("--summary and --json: choose one (both decide what stdout carries)")
     cfg = _config(config, db)
     overrides = dict(_parse_param(p) for p in (param or []))
     batch_id = run_batch(batch)
@@ -139,20 +148,30 @@ def run(
         show_plan(out, cfg, *plan_run(cfg, suite, names, overrides))
         raise typer.Exit(0)
     result = run_and_judge(cfg, err, suite, names, overrides, batch=batch_id)
-    print_metrics(out, result.metrics, title=f"run {result.run_id} ({result.status})")
+    # With --summary or --json stdout carries only the verdicts: cron mails them, a script parses them.
+    detail = err if summary or as_json else out
+    print_metrics(detail, result.metrics, title=f"run {result.run_id} ({result.status})")
     for problem in result.problems:
         err.print(f"problem: {_shown(problem)}")
     if result.alerts is not None:
         from prober.alerting.alerts import describe
 
         for line in describe(result.alerts):
-            out.print(_shown(line))
+            detail.print(_shown(line))
     from prober.alerting.slo_rules import target_lines
 
     for line in result.warnings:
         err.print(_shown(line))
-    for line in target_lines(result.targets, result.slo_states):
-        out.print(_shown(line))
+    firing = result.alerts.firing if result.alerts else []
+    pending = result.alerts.pending if result.alerts else []
+    if as_json:
+        from prober.commands.json_output import run_verdicts, write_document
+
+        write_document(out.file, run_verdicts(result.run_id, suite, result.status, result.exit_code, result.targets,
+                                              result.slo_states, firing, pending))
+    else:
+        for line in target_lines(result.targets, result.slo_states, firing, pending):
+            out.print(_shown(line), soft_wrap=True)
     err.print(f"{result.samples} samples stored in {_url_shown(cfg.store.url)}; run id {result.run_id}; "
               f"{len(result.metrics)} metrics")
     raise typer.Exit(result.exit_code)
@@ -196,6 +215,8 @@ def runs(
     suite: Annotated[str | None, typer.Option(help="only this suite")] = None,
     site: Annotated[str | None, typer.Option(help="only runs probed from this site")] = None,
     batch: Annotated[str | None, typer.Option(help="only runs of this batch (`prober run --batch`)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON document (schema prober.runs/1, "
+                                          "docs/json-output.md)")] = False,
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
@@ -209,6 +230,11 @@ def runs(
         rows = store.list_runs(limit=limit, suite=suite, site=site, batch=batch)
     finally:
         store.close()
+    if as_json:
+        from prober.commands.json_output import runs_document, write_document
+
+        write_document(out.file, runs_document(rows))
+        return
     from prober.reports.run_lines import target_status_text
 
     # fits 80 columns: ids, times and counts whole, the words (suite, status, reasons) wrapped
@@ -231,6 +257,8 @@ def show(
                                                "`latest`, the newest run of this target")] = None,
     label: Annotated[list[str] | None, typer.Option("--label", "-l", help="KEY=VALUE: only metrics with "
                                                      "this label; repeatable or comma-separated")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON document (schema prober.show/1, "
+                                          "docs/json-output.md)")] = False,
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
@@ -241,7 +269,7 @@ def show(
     """
     from prober.commands.show import show_run
 
-    show_run(_config(config, db), run_id, out, err, probe, label or [], target)
+    show_run(_config(config, db), run_id, out, err, probe, label or [], target, as_json)
 
 
 SinceOption = Annotated[str | None, typer.Option("--since", help="runs started within this period "
@@ -323,31 +351,40 @@ def history(
     target: Annotated[str | None, typer.Option("--target", "-t", help="only this target")] = None,
     suite: Annotated[str | None, typer.Option("--suite", "-s", help="only runs of this suite, or "
                                                  "metrics of this probe")] = None,
-    labels: Annotated[list[str] | None, typer.Option("--labels", "-l", help="KEY=VALUE label filter; "
-                                                        "repeatable or comma-separated")] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", "-l", help="KEY=VALUE label filter; "
+                                                       "repeatable or comma-separated")] = None,
+    # The spelling before `--label` was everywhere: still accepted, no longer shown.
+    labels_alias: Annotated[list[str] | None, typer.Option("--labels", hidden=True)] = None,
     since: SinceOption = None,
     every_run: Annotated[bool, typer.Option("--all", help="a row per run even over a long window (default: "
                                             "more than 100 values are summarized per week)")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="every value as one JSON document (schema "
+                                          "prober.history/1, docs/json-output.md), never summarized")] = False,
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
     """Print a metric's values over time, oldest run first; over a long window one row per week
     (min, median, max) unless --all.
 
-    Example: prober history --metric ttft_p50_ms --target local --labels concurrency=16
+    Example: prober history --metric ttft_p50_ms --target local --label concurrency=16
     """
     from prober.reports.collect import parse_since
     from prober.reports.history import SUMMARIZE_ABOVE, metric_over_time, parse_label_filters
     from prober.reports.svg import interval_text
 
     cfg = _config(config, db)
-    wanted = parse_label_filters(labels or [])
+    wanted = parse_label_filters([*(label or []), *(labels_alias or [])])
     start = parse_since(since)
     store = open_store(cfg.store.url, err, create=False)
     try:
         rows = metric_over_time(store, metric, target=target, suite=suite, labels=wanted, since=start)
     finally:
         store.close()
+    if as_json:
+        from prober.commands.json_output import history_document, write_document
+
+        write_document(out.file, history_document(metric, rows))
+        return
     if not every_run and len(rows) > SUMMARIZE_ABOVE:
         from prober.commands.history import print_weekly
 
@@ -463,7 +500,8 @@ def export(
 ) -> None:
     """Export samples and metrics (csv, parquet), or the latest complete run of each target and
     suite as a node_exporter textfile (prometheus: OUT/prober.prom), optionally pushed to a
-    Prometheus Pushgateway as job `prober`, instance = this site.
+    Prometheus Pushgateway as job `prober`, instance = this site. The SLO series come from the
+    rules of --config (default ./prober.toml); without rules a note on stderr says none were exported.
 
     Example: prober export --format prometheus --out /var/lib/node_exporter/textfile_collector
     """
@@ -495,6 +533,11 @@ def export(
             partial.write_text(text, encoding="utf-8")
             partial.replace(path)
             err.print(f"exported {_shown(describe(rows))}")
+            if not cfg.slo:   # the SLO series come from the config's rules: say why there are none
+                where = ("no --config given and no ./prober.toml" if cfg.source.startswith("<")
+                         else f"{cfg.source} has no [[slo]] rules")
+                err.print(f"note: exported no SLO series (prober_slo_broken): {_shown(where)}; pass --config "
+                          "with the prober.toml that `prober run` uses")
             written = [path.resolve()]
             if push is not None:
                 _push_textfile(push, text, cfg.run_site(socket.gethostname()))
@@ -622,8 +665,9 @@ def drill(
                                                   "500 ms first token)")] = None,
 ) -> None:
     """Fire drill: run the latency suite against the emulator, healthy then regressed, and deliver
-    the alerts to every sink configured in prober.toml ([[sinks]]). Exit 0 when the alert fired
-    and every sink accepted it, 1 otherwise.
+    the alerts to every sink configured in prober.toml ([[sinks]]), then resolve every alert it
+    raised in every sink, so nothing stays active after a drill. Exit 0 when the alert fired and
+    every sink accepted it and its resolution, 1 otherwise.
 
     Example: prober drill --config prober.toml
     """

@@ -2,9 +2,9 @@
 
 The runner stores and summarizes and returns; the targets that completed are then judged against
 the SLO rules and their drift baselines, the alerts go through the outbox to the sinks, and the
-exit code says what a cron job needs: 0 all held, 1 an SLO broke or drift was detected, 3 the run
-could not complete (after the other targets' alerts went out). Usage errors (2) are raised before
-the first request is sent.
+exit code says what a cron job needs: 0 no alert fired (a broken SLO whose rule waits for `for`
+consecutive runs is pending, not firing), 1 an alert fired, 3 the run could not complete (after
+the other targets' alerts went out). Usage errors (2) are raised before the first request is sent.
 """
 
 from __future__ import annotations

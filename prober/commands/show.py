@@ -11,7 +11,7 @@ from rich.console import Console
 from prober.alerting.accept import accept_lines
 from prober.alerting.drift import drift_for_run
 from prober.alerting.sensitivity import power_lines
-from prober.alerting.slo_rules import rule_state_lines
+from prober.alerting.slo_rules import RuleState, rule_state_lines, rule_states
 from prober.commands.store_access import require_run
 from prober.commands.terminal import print_metrics, shown
 from prober.core.config import ProberConfig
@@ -30,8 +30,9 @@ def _matches(row: dict[str, Any], probe: str | None, labels: dict[str, str]) -> 
 
 
 def show_run(config: ProberConfig, run_id: str, out: Console, err: Console, probe: str | None = None,
-             label_filters: Sequence[str] = (), target: str | None = None) -> None:
-    """Print the run; ConfigError for an unknown run or a filter that matches none of its metrics."""
+             label_filters: Sequence[str] = (), target: str | None = None, as_json: bool = False) -> None:
+    """Print the run (or, `as_json`, write its prober.show/1 document); ConfigError for an unknown run
+    or a filter that matches none of its metrics."""
     wanted = parse_label_filters(label_filters)
     store = open_store(config.store.url, err, create=False)
     try:
@@ -48,6 +49,11 @@ def show_run(config: ProberConfig, run_id: str, out: Console, err: Console, prob
         filters = ", ".join([f"probe {probe}"] * (probe is not None) + [f"{k}={v}" for k, v in wanted.items()])
         probes = ", ".join(sorted({row["probe"] for row in rows}))
         raise ConfigError(f"run {found['id']} has no metrics with {filters} (its probes: {probes})")
+    if as_json:
+        from prober.commands.json_output import show_document, write_document
+
+        write_document(out.file, show_document(found, entries, chosen, slo_states(config, found, entries, rows)))
+        return
     metrics = [Metric(**{k: r[k] for k in ("run_id", "target", "probe", "name", "value", "labels", "ci_low",
                                            "ci_high", "n", "unit", "flags")}) for r in chosen]
     for line in provenance_lines(found, entries):
@@ -75,3 +81,14 @@ def known_lines(config: ProberConfig, target_names: Sequence[str]) -> list[str]:
             described = "; ".join(f"{code} ({FINDING_CODES[code]})" for code in target.known)
             lines.append(f"known findings on target {name}, kept as notices: {described}")
     return lines
+
+
+def slo_states(config: ProberConfig, run: dict[str, Any], entries: Sequence[dict[str, Any]],
+               rows: Sequence[dict[str, Any]]) -> list[RuleState]:
+    """Every SLO rule's state on each target that completed the run (those `rule_state_lines` prints)."""
+    states = []
+    for name, state in (run.get("target_status") or {}).items():
+        if state["status"] == "complete":
+            probes = list(dict.fromkeys(e["probe"] for e in entries if e["target"] == name))
+            states += rule_states(config.slo, run, name, probes, rows)
+    return states

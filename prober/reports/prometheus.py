@@ -14,6 +14,9 @@ State series for dashboards and alert rules (deploy/prometheus/prober-rules.yml)
 (1 for the status of the latest run of each target and suite, 0 for the other statuses), and
 `prober_last_complete_run_age_seconds` as of `prober_export_timestamp_seconds` (the file is
 static: a rule computes the live age as `time() - prober_last_run_timestamp_seconds`).
+`prober_expected_interval_seconds` is each target and suite's own cadence: the median time between
+the starts of its recent complete runs, written only once it has CADENCE_MIN_RUNS of them, so that a
+one-off pair (a `calibrate` run, a suite tried once) has no cadence and is never stale.
 
 A label whose value is missing (a stored None, such as the penalty value of the no-penalty
 baseline) is left out of the series rather than written as "None": Prometheus reads an absent
@@ -26,8 +29,10 @@ import base64
 import datetime as dt
 import math
 import re
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from prober.core.controlchars import escape_controls
@@ -111,6 +116,12 @@ def recent_runs(store: Store, *, since: dt.datetime | None = None, run_id: str |
     """The newest RECENT_RUNS runs (list_runs rows) within the export's filters."""
     return [run for run in store.list_runs(limit=RECENT_RUNS, target=target, since=since, counts=False)
             if run_id is None or run["id"] == run_id]
+
+
+# A cadence needs this many complete runs (two intervals): fewer is a one-off, not a schedule.
+CADENCE_MIN_RUNS = 3
+# The newest intervals the median is taken over: a schedule that changed shows within a week or so.
+CADENCE_INTERVALS = 7
 
 
 # (target, suite, site): what a latest run is the latest of; two sites' runs never hide each other.
@@ -204,6 +215,29 @@ def _run_families(out: _Families, rows: list[dict[str, Any]], latest: dict[Key, 
                     {**_key_labels(key), "status": known}, float(known == status))
 
 
+def expected_intervals(runs: Sequence[dict[str, Any]]) -> dict[Key, float]:
+    """(target, suite, site) -> the median seconds between the starts of its newest complete runs
+    (list_runs rows, any order); only pairs with at least CADENCE_MIN_RUNS complete runs."""
+    starts: dict[Key, list[dt.datetime]] = {}
+    for run in runs:
+        for target, (status, _) in target_states(run).items():
+            if status == "complete":
+                starts.setdefault((target, run["suite"], run.get("site") or ""), []).append(run["started_at"])
+    cadence = {}
+    for key, times in starts.items():
+        if len(times) < CADENCE_MIN_RUNS:
+            continue
+        newest = sorted(times)[-(CADENCE_INTERVALS + 1):]
+        cadence[key] = statistics.median((later - earlier).total_seconds() for earlier, later in pairwise(newest))
+    return cadence
+
+
+def _cadence_families(out: _Families, runs: Sequence[dict[str, Any]]) -> None:
+    for key, seconds in expected_intervals(runs).items():
+        out.add("prober_expected_interval_seconds", "the usual seconds between complete runs of this target and "
+                "suite (median of its recent ones; absent for a one-off pair)", _key_labels(key), seconds)
+
+
 def _alert_families(out: _Families, alerts: Sequence[dict[str, Any]]) -> None:
     for alert in alerts:
         site = (alert.get("detail") or {}).get("site") or ""
@@ -237,6 +271,7 @@ def exposition(rows: list[dict[str, Any]], *, runs: Sequence[dict[str, Any]] = (
     out = _Families()
     _metric_families(out, rows, latest)
     _run_families(out, rows, latest, runs, now)
+    _cadence_families(out, runs)
     _alert_families(out, alerts)
     if verdicts is not None:
         _slo_families(out, rows, latest, verdicts)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from prober.alerting.slo_rules import check_rules_known, rule_states, slo_line
+from prober.alerting.alerts import Observation, judge
+from prober.alerting.slo_rules import check_rules_known, rule_states, slo_line, target_lines
 from prober.core.config import SloRule
 from prober.core.errors import ConfigError
 from prober.core.probe_registry import all_metric_names, get_probe
@@ -72,3 +73,24 @@ def test_every_probe_declares_the_metrics_it_can_produce():
     collector.add("ttft_p50_ms", 1.0, {})
     with pytest.raises(ValueError, match="does not declare"):
         collector.add("ttft_p51_ms", 1.0, {})
+
+
+def test_the_last_line_names_what_is_pending_and_what_fires():
+    """A broken rule with `for = 2` exits 0 on its first breaking run: the target's line says why."""
+    import datetime as dt
+
+    def observe(name: str, for_runs: int, target: str = "prod") -> Observation:
+        return Observation(key=name, kind="slo", name=name, severity="warning", target=target, suite="latency",
+                           probe="latency", metric="ttft_p50_ms", labels={}, value=900.0, broken=True,
+                           for_runs=for_runs, summary=f"{name} broken")
+
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    _, _, evaluation = judge([observe("slow", 2), observe("down", 1), observe("elsewhere", 3, "staging")], {},
+                             "run1", now)
+    rules = [rule(name="held"), rule(name="slow", threshold=100)]
+    states = {"prod": rule_states(rules, RUN, "prod", ["latency"], [metric(500.0)])}
+    lines = target_lines({"prod": ("complete", None), "gone": ("failed", "connection refused")}, states,
+                         evaluation.firing, evaluation.pending)
+    assert lines == ["prod: SLOs: 1 held, 1 broken, 0 no data; 1 firing; "
+                     "pending: slow fires after 2 consecutive runs (1 so far)",
+                     "gone: failed (connection refused); SLOs not checked"]
