@@ -126,6 +126,7 @@ def test_a_long_build_step_says_how_far_it_is_with_a_timestamp(tmp_path, monkeyp
     assert done == sorted(done) and done[-1] >= 3, done
 
 
+@pytest.mark.unit
 def test_only_ggml_keeps_O3_and_the_split_is_part_of_the_build_key(tmp_path, monkeypatch):
     monkeypatch.delenv("PROBER_LLAMA_CMAKE_ARGS", raising=False)
     flags = local_build.cmake_flags()
