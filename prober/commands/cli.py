@@ -515,6 +515,10 @@ def export(
         raise ConfigError(f"--push: only with --format prometheus, not {fmt}")
     cfg = _config(config, db)
     start = parse_since(since)
+    if fmt == "parquet":   # a missing extra is said first: installing it is what the user must do
+        from prober.core.extras import require_extra
+
+        require_extra("pyarrow", "parquet", "Parquet export needs")
     store = open_store(cfg.store.url, err, create=False)
     try:
         if run_id is not None:

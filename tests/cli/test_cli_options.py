@@ -15,7 +15,7 @@ pytestmark = pytest.mark.emulator
 def test_version_is_the_installed_distributions(tmp_path):
     result = prober("--version", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == f"prober {importlib.metadata.version('prober')}\n"
+    assert result.stdout == f"prober {importlib.metadata.version('llm-prober')}\n"
 
 
 @pytest.mark.parametrize("command", [[], ["run"], ["export"], ["local"], ["local", "start"]])
