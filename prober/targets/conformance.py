@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import typing
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -177,20 +178,35 @@ class _Conforming:
         return instance
 
 
+def _check_body(exchange: Exchange, label: str, is_error: Callable[[Any], bool],
+                check_error: Callable[[str, Any, str, list[str]], None],
+                check_ok: Callable[[str, list[str]], None]) -> list[str] | None:
+    """The findings of a response that is one body (an HTTP error, a non-streamed answer, a 200
+    whose body is an error object), the same for every protocol; None for a stream."""
+    status = exchange.status or 0
+    if 200 <= status < 300 and _is_stream(exchange):
+        return None
+    findings: list[str] = []
+    text = exchange.raw_events[0][1]
+    body = _load(text)
+    if isinstance(body, _NotJSON):
+        return [f"{label} body (HTTP {status}): not JSON: {body.text[:80]!r}"]
+    if not 200 <= status < 300 or is_error(body):
+        check_error(text, body, f"{label} error body (HTTP {status})", findings)
+    else:
+        check_ok(text, findings)
+    return findings
+
+
 def _check_anthropic(exchange: Exchange) -> list[str]:
     models = _anthropic_models()
+    body_findings = _check_body(
+        exchange, "anthropic", is_error_body,
+        lambda text, _body, where, found: _validate(models["error"], text, where, found),
+        lambda text, found: _validate(models["message"], text, "anthropic message", found))
+    if body_findings is not None:
+        return body_findings
     findings: list[str] = []
-    status = exchange.status or 0
-    if not 200 <= status < 300 or not _is_stream(exchange):
-        text = exchange.raw_events[0][1]
-        body = _load(text)
-        if isinstance(body, _NotJSON):
-            return [f"anthropic body (HTTP {status}): not JSON: {body.text[:80]!r}"]
-        if not 200 <= status < 300 or is_error_body(body):
-            _validate(models["error"], text, f"anthropic error body (HTTP {status})", findings)
-        else:
-            _validate(models["message"], text, "anthropic message", findings)
-        return findings
     open_blocks: set[Any] = set()
     seen_start = seen_stop = seen_error = False
     conforming = _Conforming("text")
@@ -255,18 +271,13 @@ def _check_openai_error(body: Any, label: str, findings: list[str]) -> None:
 
 def _check_openai(exchange: Exchange) -> list[str]:
     models = _openai_models()
+    body_findings = _check_body(
+        exchange, "openai", is_error_body,
+        lambda _text, body, where, found: _check_openai_error(body, where, found),
+        lambda text, found: _validate(models["completion"], text, "openai chat.completion", found))
+    if body_findings is not None:
+        return body_findings
     findings: list[str] = []
-    status = exchange.status or 0
-    if not 200 <= status < 300 or not _is_stream(exchange):
-        text = exchange.raw_events[0][1]
-        body = _load(text)
-        if isinstance(body, _NotJSON):
-            return [f"openai body (HTTP {status}): not JSON: {body.text[:80]!r}"]
-        if not 200 <= status < 300 or is_error_body(body):
-            _check_openai_error(body, f"openai error body (HTTP {status})", findings)
-        else:
-            _validate(models["completion"], text, "openai chat.completion", findings)
-        return findings
     seen_done = seen_error = seen_usage = False
     conforming = _Conforming("content")
     for position, (event, text) in enumerate(exchange.raw_events):
@@ -362,19 +373,14 @@ class _Repeats:
 
 def _check_responses(exchange: Exchange) -> list[str]:
     models = _responses_models()
+    body_findings = _check_body(
+        exchange, _RESPONSES,
+        lambda body: isinstance(body, dict) and body.get("object") != "response" and body.get("error") is not None,
+        lambda _text, body, where, found: _check_openai_error(body, where, found),
+        lambda text, found: _validate(models["(body)"], text, f"{_RESPONSES} response", found))
+    if body_findings is not None:
+        return body_findings
     findings: list[str] = []
-    status = exchange.status or 0
-    if not 200 <= status < 300 or not _is_stream(exchange):
-        text = exchange.raw_events[0][1]
-        body = _load(text)
-        if isinstance(body, _NotJSON):
-            return [f"{_RESPONSES} body (HTTP {status}): not JSON: {body.text[:80]!r}"]
-        if not 200 <= status < 300 or (isinstance(body, dict) and body.get("object") != "response"
-                                       and body.get("error") is not None):
-            _check_openai_error(body, f"{_RESPONSES} error body (HTTP {status})", findings)
-        else:
-            _validate(models["(body)"], text, f"{_RESPONSES} response", findings)
-        return findings
     seen_created = seen_error = False
     terminal: str | None = None
     expected_sequence: int | None = None
