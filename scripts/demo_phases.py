@@ -75,27 +75,56 @@ def server_cpu_seconds(state_file: Path | None) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+class Interruption:
+    """A Ctrl-C or SIGTERM, wherever it lands: before, during or after a phase's fork.
+
+    The handler only records the signal and stops the running phase's whole process group. Raising
+    from the handler (the default for SIGINT) could land between Popen's fork and the assignment of
+    its result, and leave the phase's processes running and holding our output pipes.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.child: subprocess.Popen[bytes] | None = None
+
+    def handle(self, signum: int, frame: object) -> None:
+        self.requested = True
+        self.stop_child()
+
+    def stop_child(self) -> None:
+        if self.child is not None:
+            try:
+                os.killpg(self.child.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def check(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+
+INTERRUPTION = Interruption()
+
+
 def run_phase(phase: Phase, state_file: Path | None) -> Cost:
+    INTERRUPTION.check()
     print(f"== {phase.name}: {phase.command}", file=sys.stderr, flush=True)
     server_before = server_cpu_seconds(state_file)
     started = time.monotonic()
-    child = subprocess.Popen(["/bin/sh", "-c", phase.command])
-    try:
-        _, status, usage = os.wait4(child.pid, 0)
-    except KeyboardInterrupt:
-        # Signalled alone (not with its process group, as Ctrl-C and timeout do): stop the phase too.
-        child.terminate()
-        child.wait()
-        raise
+    # A process group of its own, so that an interruption stops the shell and everything it started
+    # (a grandchild left running would keep the pipes of whoever reads this demo's output open).
+    child = subprocess.Popen(["/bin/sh", "-c", phase.command], process_group=0)
+    INTERRUPTION.child = child
+    if INTERRUPTION.requested:       # signalled while forking: the handler had no child to stop yet
+        INTERRUPTION.stop_child()
+    _, status, usage = os.wait4(child.pid, 0)
+    INTERRUPTION.child = None
+    INTERRUPTION.check()
     wall = time.monotonic() - started
     server = max(0.0, server_cpu_seconds(state_file) - server_before)
     # ru_maxrss is in kilobytes on Linux.
     return Cost(phase.name, wall, usage.ru_utime + usage.ru_stime + server, server, usage.ru_maxrss / 1024,
                 os.waitstatus_to_exitcode(status))
-
-
-def _interrupted(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def table(costs: list[Cost], total: bool = True) -> str:
@@ -125,7 +154,7 @@ def main(argv: list[str]) -> int:
     costs: list[Cost] = []
     failed = 0
     # An interrupted demo (Ctrl-C, a timeout's SIGTERM) still prints the phases it finished.
-    signal.signal(signal.SIGTERM, _interrupted)
+    previous = {signum: signal.signal(signum, INTERRUPTION.handle) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         for phase in phases:
             costs.append(run_phase(phase, args.server_state))
@@ -137,6 +166,9 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("error: interrupted; the phases finished so far:", file=sys.stderr)
         failed = 130
+    finally:
+        for signum, handler in previous.items():   # main() also runs inside the tests' own process
+            signal.signal(signum, handler)
     load = os.getloadavg()
     print(f"\nmake demo, per phase ({os.cpu_count()} cores; load average {load[0]:.1f} {load[1]:.1f} "
           f"{load[2]:.1f} at the end; CPU s = user + system):")

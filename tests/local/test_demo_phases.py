@@ -65,7 +65,9 @@ def test_a_failing_phase_stops_the_demo_with_its_exit_code(tmp_path, capsys):
 
 @pytest.mark.unit
 def test_an_interrupted_demo_still_prints_the_phases_it_finished():
-    demo = subprocess.Popen([sys.executable, str(SCRIPT), "first=true", "second=sleep 60"],
+    # `; true` keeps the shell from exec'ing sleep: the phase's sleep is a grandchild, which must be
+    # stopped too, or it holds the pipes open and communicate() waits for its full minute.
+    demo = subprocess.Popen([sys.executable, str(SCRIPT), "first=true", "second=sleep 60; true"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert demo.stderr is not None
     for line in demo.stderr:
