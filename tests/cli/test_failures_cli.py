@@ -151,10 +151,27 @@ def test_a_read_only_out_directory_exits_2(tmp_path):
             assert str(read_only) in line and "Read-only file system" in line
 
 
+# Room left on the small file system once the empty store is made: the run's reserve for its final
+# write (64 KiB, prober/store/store.py) and about a hundred samples more, far fewer than the run sends.
+_ROOM_FOR_A_FEW_SAMPLES = 64 * 1024 + 192 * 1024
+
+
+def _fill_to_room(mount, room):
+    """Shrink the tmpfs at `mount` to what it holds now plus `room` bytes (whole 4 KiB pages)."""
+    fs = os.statvfs(mount)
+    used = (fs.f_blocks - fs.f_bfree) * fs.f_frsize
+    size_kib = -(-(used + room) // 4096) * 4
+    subprocess.run(["mount", "-o", f"remount,size={size_kib}k", str(mount)], check=True)
+
+
 def test_a_full_disk_marks_the_run_failed_and_keeps_what_was_stored(tmp_path):
-    """The SQLite file lives on a 400 KiB tmpfs: it fills after a few dozen samples."""
-    with _mounted_tmpfs(tmp_path / "small", "size=400k") as small, emulator_process(tmp_path, FAST) as base_url:
+    """The SQLite file lives on a small tmpfs that the empty store leaves a few hundred KiB of: it
+    fills after a few dozen samples. The room is measured, not fixed, so that a store whose empty
+    schema grows (a migration, an index) still starts its run and then fills."""
+    with _mounted_tmpfs(tmp_path / "small", "size=8m") as small, emulator_process(tmp_path, FAST) as base_url:
         db_url = f"sqlite:///{small}/p.db"
+        Store.open(db_url).close()      # the schema, as the run would make it
+        _fill_to_room(small, _ROOM_FOR_A_FEW_SAMPLES)
         config = _config(tmp_path, base_url, db_url)
         result = prober("run", "--suite", "latency", "--target", "emu", "--config", str(config), "--param",
                         "levels=[8]", "--param", "requests_per_level=600", "--param", "warmup=0", cwd=tmp_path)
