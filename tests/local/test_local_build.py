@@ -138,7 +138,7 @@ def test_only_ggml_keeps_O3_and_the_split_is_part_of_the_build_key(tmp_path, mon
 
 
 @pytest.mark.real
-def test_configure_compiles_ggml_at_O3_and_the_rest_at_O1(tmp_path, monkeypatch):
+def test_configure_compiles_ggml_at_O3_alone_and_the_rest_at_O1_in_unity_batches(tmp_path, monkeypatch):
     """The flags as cmake applies them: every llama-server compile command, from the cached sdist."""
     monkeypatch.delenv("PROBER_LLAMA_CMAKE_ARGS", raising=False)
     if shutil.which("ninja") is None:
@@ -148,10 +148,12 @@ def test_configure_compiles_ggml_at_O3_and_the_rest_at_O1(tmp_path, monkeypatch)
     commands = subprocess.run(["ninja", "-C", str(tmp_path / "build"), "-t", "commands", "llama-server"],
                               capture_output=True, text=True, check=True).stdout.splitlines()
     compiles = [line for line in commands if " -c " in line]
-    assert len(compiles) > 100
     ggml = [line for line in compiles if f"{source}/ggml/src/" in line.split(" -c ")[1]]
     rest = [line for line in compiles if line not in ggml]
-    assert ggml and rest
+    batches = [line for line in rest if "/Unity/unity_" in line.split(" -c ")[1]]
+    # ggml compiles one source a run, as upstream does; outside it, sources share compiler runs in
+    # unity batches (the multimodal helpers and llama's own library excepted).
+    assert len(ggml) >= 20 and len(batches) >= 10 and len(rest) > len(batches)
     assert all(" -O3 " in line and " -O1 " not in line for line in ggml)
     assert all(" -O1 " in line and " -O3 " not in line for line in rest)
     assert not any("-march=native" in line for line in compiles)
