@@ -64,7 +64,7 @@ PORTABLE_CMAKE_FLAGS = (
     "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG",
     # Outside ggml, most of the compile time is every unit parsing the same heavy headers (the JSON
     # library, the chat templates, the server's HTTP): a unity build compiles them in batches of 8
-    # sources a compiler run, 465 CPU s for the whole build instead of 627 (docs/measurements.md).
+    # sources a compiler run: 345 CPU s for the whole build instead of 627 (docs/measurements.md).
     "-DCMAKE_UNITY_BUILD=ON",
 )
 # Run by cmake at ggml's `project()` call (CMAKE_PROJECT_ggml_INCLUDE), so that ggml's directory,
