@@ -87,13 +87,8 @@ demo:
 	    "report=$(PROBER) report --config $(DEMO_CONFIG) --out prober-reports" \
 	    "server stop=$(PROBER) local stop"
 
-# One test is deselected, and said to be on every run, until it is fixed (3 December 2026): the
-# LiteLLM gateway run against the real llama-server timed out (1,500 s) on a loaded machine; it
-# passed against the emulator upstream.
-KNOWN_BROKEN := tests/gateway/test_gateway_litellm.py::test_litellm_between_prober_and_llama_server
 test: install system-deps local-endpoint gateway
-	@echo "deselected, known broken (Makefile, KNOWN_BROKEN): $(KNOWN_BROKEN)"
-	$(NO_RECOMPILE) $(PY) -m pytest -q -p no:cacheprovider $(addprefix --deselect ,$(KNOWN_BROKEN))
+	$(NO_RECOMPILE) $(PY) -m pytest -q -p no:cacheprovider
 
 # No apt, no llama-server build, no PostgreSQL: tests/conftest.py describes the tiers. Everything but
 # the timing tests runs on every core (pytest-xdist) at niceness 19; the timing tests run beside it,

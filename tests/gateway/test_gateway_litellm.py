@@ -1,6 +1,8 @@
 """A real gateway: LiteLLM's proxy (tests/support/gateway.py) in front of the local llama-server,
 probed by `prober run` direct and through the gateway in the same run, on the OpenAI route
-(/v1/chat/completions) and the Anthropic route (/v1/messages).
+(/v1/chat/completions), the Anthropic route (/v1/messages) and the Responses route (/v1/responses,
+which LiteLLM forwards to the upstream's own; caching and latency there: the Responses API takes no
+penalties).
 
 What prober reports about the gateway is what the test asserts:
 - cache fields: the cache-read usage field each route's direct samples carry, and whether the
@@ -39,8 +41,13 @@ LATENCY = {"levels": [1], "requests_per_level": 40, "warmup": 2, "input_tokens":
 # target -> (protocol, where, model)
 TARGETS = {"direct-chat": ("openai", "direct", MODEL), "gateway-chat": ("openai", "gateway", "chat"),
            "direct-messages": ("anthropic", "direct", MODEL), "gateway-messages": ("anthropic", "gateway", "messages"),
-           "gateway-chat-dropping": ("openai", "gateway", "chat-dropping")}
-ROUTES = (("direct-chat", "gateway-chat"), ("direct-messages", "gateway-messages"))
+           "gateway-chat-dropping": ("openai", "gateway", "chat-dropping"),
+           "direct-responses": ("openai-responses", "direct", MODEL),
+           "gateway-responses": ("openai-responses", "gateway", "chat")}
+# (direct, through the gateway, the suite both ran)
+ROUTES = (("direct-chat", "gateway-chat", "gateway"), ("direct-messages", "gateway-messages", "gateway"),
+          ("direct-responses", "gateway-responses", "gateway-responses"))
+PENALTY_TARGETS = [t for t in TARGETS if TARGETS[t][0] != "openai-responses"]
 
 
 def _toml_value(value: object) -> str:
@@ -62,6 +69,8 @@ def _config(tmp_path: Path, upstream: str, gateway: Gateway) -> Path:
                                          + _suite({"caching": CACHING, "penalty": PENALTY, "latency": LATENCY}))
     (suites / "gateway-penalty.toml").write_text('description = "the penalty grid alone"\n'
                                                  + _suite({"penalty": PENALTY}))
+    (suites / "gateway-responses.toml").write_text('description = "caching and latency, small grids"\n'
+                                                   + _suite({"caching": CACHING, "latency": LATENCY}))
     targets = ""
     for name, (protocol, where, model) in TARGETS.items():
         base_url = gateway.base_url if where == "gateway" else upstream
@@ -90,7 +99,9 @@ def _value(metrics: list[dict], target: str, name: str, **labels: object) -> flo
 
 
 def _cache_read(row: dict) -> int | None:
-    """The cache-read field as the wire reported it, None where the usage lacks it."""
+    """The cache-read field as the wire reported it, None where the usage lacks it (a Responses
+    sample's usage is stored in chat completions' names: `input_tokens_details.cached_tokens`
+    becomes `prompt_tokens_details.cached_tokens`)."""
     usage = row["usage"] or {}
     if row["protocol"] == "anthropic":
         return usage.get("cache_read_input_tokens")
@@ -101,12 +112,14 @@ def test_litellm_between_prober_and_llama_server(tmp_path, llama_servers):
     upstream = llama_servers.get().base_url
     with litellm_gateway(upstream, tmp_path / "litellm") as gateway:
         config = _config(tmp_path, upstream, gateway)
-        main = _run(tmp_path, config, gateway, "gateway", *(t for route in ROUTES for t in route))
+        main = _run(tmp_path, config, gateway, "gateway", *(t for *pair, suite in ROUTES if suite == "gateway"
+                                                           for t in pair))
         dropping = _run(tmp_path, config, gateway, "gateway-penalty", "gateway-chat-dropping")
+        responses = _run(tmp_path, config, gateway, "gateway-responses", "direct-responses", "gateway-responses")
         overhead = {}
-        for direct, through in ROUTES:
+        for direct, through, suite in ROUTES:
             compared = prober("compare", "--target", direct, "--target", through, "--since", "1d", "--suite",
-                              "gateway", "-m", "ttft_p50_ms", "-m", "ttft_p99_ms", "-m", "e2e_p50_ms",
+                              suite, "-m", "ttft_p50_ms", "-m", "ttft_p99_ms", "-m", "e2e_p50_ms",
                               "--format", "json", "--config", str(config), cwd=tmp_path)
             assert compared.returncode == 0, compared.stdout + compared.stderr
             overhead[through] = json.loads(compared.stdout)
@@ -116,8 +129,8 @@ def test_litellm_between_prober_and_llama_server(tmp_path, llama_servers):
 
     store = Store.open(f"sqlite:///{tmp_path}/p.db")
     try:
-        rows = store.samples(main) + store.samples(dropping)
-        metrics = [m for run in (main, dropping) for m in store.metrics(run)]
+        rows = store.samples(main) + store.samples(dropping) + store.samples(responses)
+        metrics = [m for run in (main, dropping, responses) for m in store.metrics(run)]
     finally:
         store.close()
     assert rows and [(r["target"], r["error_message"]) for r in rows if r["error_type"]] == []
@@ -128,10 +141,10 @@ def test_litellm_between_prober_and_llama_server(tmp_path, llama_servers):
     # The gateway's key is a secret: not one byte of it in the store.
     assert gateway.key.encode() not in (tmp_path / "p.db").read_bytes()
 
-    # Cache fields: llama-server reports its prefix-cache reads on both routes; LiteLLM passes
-    # them on both, so the repeat case hits as often through it as direct.
+    # Cache fields: llama-server reports its prefix-cache reads on every route; LiteLLM passes
+    # them on every one, so the repeat case hits as often through it as direct.
     caching = [r for r in rows if r["case"] == "repeat"]
-    for direct, through in ROUTES:
+    for direct, through, _ in ROUTES:
         reads = {t: [_cache_read(r) for r in caching if r["target"] == t] for t in (direct, through)}
         print(f"cache reads {direct}: {reads[direct]}; {through}: {reads[through]}")
         assert None not in reads[direct] and max(reads[direct]) >= 64, reads
@@ -139,25 +152,32 @@ def test_litellm_between_prober_and_llama_server(tmp_path, llama_servers):
         assert _value(metrics, through, "cache_read_reported", case="usage") == 1.0
         assert _value(metrics, through, "hit_rate", case="repeat") >= 0.8
 
+    # LiteLLM raises a Responses request's max_output_tokens to at least 16: the caching case asks
+    # for 2, which direct answers keep to and the gateway's exceed.
+    longest = {t: max(r["usage"]["completion_tokens"] for r in caching if r["target"] == t)
+               for t in ("direct-responses", "gateway-responses")}
+    print(f"repeat case, most output tokens (max_tokens {CACHING['max_tokens']}): {longest}")
+    assert longest["direct-responses"] <= CACHING["max_tokens"] < longest["gateway-responses"], longest
+
     # Sampling parameters. Direct, llama-server honours both penalties on its chat route and
     # ignores them on /v1/messages. Through the gateway with drop_params, the chat route passes
     # them on (repeat_penalty too, a llama.cpp name); the config's additional_drop_params drops them.
     ignored = {t: {p: _value(metrics, t, "penalty_ignored", penalty=p)
-                   for p in ("frequency_penalty", "repetition_penalty")} for t in TARGETS}
+                   for p in ("frequency_penalty", "repetition_penalty")} for t in PENALTY_TARGETS}
     print(f"penalty_ignored: {ignored}")
     assert ignored["direct-chat"] == {"frequency_penalty": 0, "repetition_penalty": 0}
     assert ignored["gateway-chat"] == {"frequency_penalty": 0, "repetition_penalty": 0}
     assert ignored["gateway-chat-dropping"] == {"frequency_penalty": 1, "repetition_penalty": 1}
     assert ignored["direct-messages"] == ignored["gateway-messages"] == {"frequency_penalty": 1,
                                                                         "repetition_penalty": 1}
-    for target in TARGETS:
+    for target in PENALTY_TARGETS:
         # Dropped quietly (a 200), not refused; and nothing injected when the request omits them.
         assert _value(metrics, target, "penalty_unsupported", penalty="frequency_penalty") == 0
         assert _value(metrics, target, "penalties_applied_when_omitted") == 0
 
     # TTFT: the gateway's overhead against direct in the same run (`prober compare`, B - A), at p50
     # and p99. The targets run one after another, so the machine's load may differ between them.
-    for direct, through in ROUTES:
+    for direct, through, _ in ROUTES:
         compared = {c["name"]: c for c in overhead[through]["compared"]}
         added = {name: compared[name]["b"] - compared[name]["a"] for name in ("ttft_p50_ms", "ttft_p99_ms")}
         print(f"{through} against {direct}: TTFT p50 {compared['ttft_p50_ms']['a']:.1f} -> "
