@@ -15,6 +15,7 @@ import pytest
 from prober.core.config import ProberConfig
 from prober.run.runner import Runner
 from prober.store import Store
+from prober.store.store import _FINAL_WRITE_RESERVE
 from prober.targets.openai import OpenAIStreamDecoder
 from tests.support.cli import prober, wait_for_samples
 from tests.support.emulated import emulator_process, ground_truth
@@ -152,8 +153,8 @@ def test_a_read_only_out_directory_exits_2(tmp_path):
 
 
 # Room left on the small file system once the empty store is made: the run's reserve for its final
-# write (64 KiB, prober/store/store.py) and about a hundred samples more, far fewer than the run sends.
-_ROOM_FOR_A_FEW_SAMPLES = 64 * 1024 + 192 * 1024
+# write and about a hundred samples more, far fewer than the run sends.
+_ROOM_FOR_A_FEW_SAMPLES = _FINAL_WRITE_RESERVE + 192 * 1024
 
 
 def _fill_to_room(mount, room):
