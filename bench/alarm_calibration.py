@@ -372,7 +372,7 @@ class History:
         tests, _ = target_tests(TARGET, now, [values for _, values in newest], drift,
                                 limits_from_alerts(self.alerts.values()), [night for night, _ in newest])
         decided = decide(tests, drift)
-        self.near_level = sum(1 for t in decided if t.direction != 0 and t.p_value is not None
+        self.near_level = sum(1 for t in decided if t.direction != 0 and t.persists and t.p_value is not None
                               and t.p_value <= NEAR_FACTOR * t.alpha)
         observations = slo_observations(self.config, rows, run) + drift_observations(decided, run,
                                                                                     drift.new_normal_nights)

@@ -1,9 +1,10 @@
 """`prober drill`: a fire drill for the alert path, end to end, without spending money.
 
 A small latency suite runs against the bundled emulator a few times with a healthy scenario
-(which builds the drift baseline), then once with a regressed one (a slow first token). A drill
-rule (TTFT p50 <= 300 ms at concurrency 1) and the drift tests fire on the regressed run, and the
-alerts go through the real outbox to every sink configured in prober.toml. The store is a
+(which builds the drift baseline), then twice with a regressed one (a slow first token). A drill
+rule (TTFT p50 <= 300 ms at concurrency 1) fires on the first regressed run and the drift tests
+on the second (drift pages a regression that persists two nights: prober/alerting/drift.py), and
+the alerts go through the real outbox to every sink configured in prober.toml. The store is a
 temporary SQLite file unless one is given, so a drill never mixes with real history.
 """
 
@@ -31,6 +32,8 @@ DRILL_RULE = SloRule(name="drill_ttft_p50", metric="ttft_p50_ms", suite="latency
                      description="prober drill: TTFT p50 at concurrency 1 must stay <= 300 ms")
 # Small enough for seconds per run, large enough for the rank test to see a 25x slower first token.
 DRILL_PARAMS = {"levels": [1, 2], "requests_per_level": 6, "warmup": 1, "max_tokens": 16}
+# Drift pages on a regression's second night.
+REGRESSED_RUNS = 2
 
 
 class JudgedRun(Protocol):
@@ -67,10 +70,10 @@ class DrillResult:
 
     @property
     def ok(self) -> bool:
-        """Healthy runs held, the regressed run fired, and every sink got every firing alert."""
-        healthy, regressed = self.exit_codes[:-1], self.exit_codes[-1:]
+        """Healthy runs held, the regressed runs fired, and every sink got every firing alert."""
+        healthy, regressed = self.exit_codes[:-REGRESSED_RUNS], self.exit_codes[-REGRESSED_RUNS:]
         delivered = {(d.sink, d.key) for d in self.deliveries if d.ok and d.status == "firing"}
-        return (all(code == 0 for code in healthy) and regressed == [1] and bool(self.fired)
+        return (all(code == 0 for code in healthy) and regressed == [1] * REGRESSED_RUNS and bool(self.fired)
                 and all((sink, row["key"]) in delivered for sink in self.sinks for row in self.fired)
                 and self.stood_down)
 
@@ -98,8 +101,9 @@ def run_drill(config: ProberConfig, console: Console, run_and_judge: RunAndJudge
     with tempfile.TemporaryDirectory(prefix="prober-drill-") as tmp:
         scenario = Path(tmp) / "scenario.toml"
         drilled = drill_config(config, scenario, store_url or f"sqlite:///{Path(tmp) / 'drill.db'}", healthy_runs)
-        for round_ in range(healthy_runs + 1):
-            regressed = round_ == healthy_runs
+        rounds = healthy_runs + REGRESSED_RUNS
+        for round_ in range(rounds):
+            regressed = round_ >= healthy_runs
             delay = REGRESSED_FIRST_TOKEN_MS if regressed else HEALTHY_FIRST_TOKEN_MS
             if regressed and regressed_scenario is not None:
                 scenario.write_text(regressed_scenario)
@@ -107,7 +111,7 @@ def run_drill(config: ProberConfig, console: Console, run_and_judge: RunAndJudge
             else:
                 scenario.write_text(f"first_token_delay_ms = {delay}\n")
                 shown = f"{'REGRESSED' if regressed else 'healthy'} emulator, first token after {delay} ms"
-            console.print(f"drill run {round_ + 1}/{healthy_runs + 1}: {shown}", markup=False)
+            console.print(f"drill run {round_ + 1}/{rounds}: {shown}", markup=False)
             outcome = run_and_judge(drilled, console, "latency", [DRILL_TARGET], DRILL_PARAMS)
             result.exit_codes.append(outcome.exit_code)
             evaluation = outcome.alerts
@@ -119,7 +123,7 @@ def run_drill(config: ProberConfig, console: Console, run_and_judge: RunAndJudge
                 console.print(f"  FIRING [{row['severity']}] {escape_controls(row['summary'])}", markup=False)
             result.deliveries += evaluation.deliveries
             if regressed:
-                result.fired = evaluation.fired_now
+                result.fired += evaluation.fired_now
         result.first_event_id = _first_firing_event_id(drilled.store.url, result.fired)
         _show_arrivals(result, console)
         _stand_down(drilled, result, console)

@@ -659,8 +659,8 @@ def init(
 
 @app.command()
 def drill(
-    healthy_runs: Annotated[int, typer.Option(min=1, help="healthy runs before the regressed one (the drift "
-                                                         "baseline)")] = 3,
+    healthy_runs: Annotated[int, typer.Option(min=1, help="healthy runs before the two regressed ones "
+                                                         "(the drift baseline)")] = 3,
     config: ConfigOption = None,
     db: Annotated[str | None, typer.Option("--db", help="store URL for the drill's runs (default: a "
                                               "temporary SQLite file, deleted afterwards)")] = None,

@@ -531,22 +531,116 @@ def benjamini_hochberg(p_values: Sequence[float | None]) -> list[float | None]:
 LATENCY_LOG_VARIANCE_FLOOR = 0.01 ** 2
 
 
+# --- nights that are not independent (issue 30) ----------------------------------------------------
+#
+# A deploy, a traffic pattern or a noisy neighbour lasts days: an endpoint's night values follow
+# something like an AR(1) series, x_t = rho x_{t-1} + e_t, not independent draws. Then (1) the
+# mean of two consecutive nights varies (1 + rho) / 2 of a night's variance, not 1/2; (2) the
+# baseline's sample variance underestimates a night's variance; (3) that estimate is less certain
+# than k - 1 degrees of freedom say. Tests that assume independent nights spend several times
+# their level at rho 0.5-0.8 (docs/operations.md). The functions below give each of the three.
+
+# Nights judged at most this correlated: beyond, a window of 56 nights holds about one independent
+# value, and the estimate of rho itself is mostly noise.
+MOST_AUTOCORRELATION = 0.9
+
+
+def lag1_autocovariance(values: Sequence[float]) -> tuple[float, float]:
+    """(variance, lag-1 autocovariance) of a series in time order (either direction), both with
+    the series' mean removed and divided by its length, the usual estimator; (0, 0) for fewer than
+    3 values."""
+    k = len(values)
+    if k < 3:
+        return 0.0, 0.0
+    mean = sum(values) / k
+    centred = [v - mean for v in values]
+    return (sum(c * c for c in centred) / k,
+            sum(a * b for a, b in itertools.pairwise(centred)) / k)
+
+
+def ar1_coefficient(autocovariance: float, variance: float, k: int) -> float:
+    """The AR(1) coefficient that a series of k values with this lag-1 autocovariance and variance
+    shows, corrected for the estimator's bias (about -(1 + 4 rho) / k) and held in [0,
+    MOST_AUTOCORRELATION]: a negative estimate is taken as independent nights, never as a reason to
+    trust the baseline more."""
+    if variance <= 0 or k < 3:
+        return 0.0
+    raw = autocovariance / variance
+    return min(MOST_AUTOCORRELATION, max(0.0, raw + (1 + 4 * max(raw, 0.0)) / k))
+
+
+def ar1_variance_bias(rho: float, k: int) -> float:
+    """E[s^2] / sigma^2 for the sample variance of k consecutive AR(1) values: 1 - 2 / (k (k - 1))
+    sum_{j<k} (k - j) rho^j. Dividing s^2 by it estimates a night's own variance."""
+    if rho <= 0 or k < 2:
+        return 1.0
+    return max(1e-3, 1 - 2 / (k * (k - 1)) * sum((k - j) * rho ** j for j in range(1, k)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _ar1_window_variance(rho: float, current: int, gap: int, baseline: int) -> float:
+    weights = [1 / current] * current + [0.0] * gap + [-1 / baseline] * baseline
+    used = [(i, w) for i, w in enumerate(weights) if w]
+    return sum(wi * wj * rho ** abs(i - j) for i, wi in used for j, wj in used)
+
+
+def ar1_window_variance(rho: float, current: int, baseline: int, gap: int = 0) -> float:
+    """Var(mean of the `current` newest nights - mean of `baseline` nights that end `gap` nights
+    before them) in units of one night's variance, when nights are AR(1) with coefficient rho:
+    w' R w with R_ij = rho^|i - j|. 1/current + 1/baseline for independent nights. The newer the
+    baseline, the more of a lasting night effect it shares with the current nights: a one-night
+    test against the nights just before stays near 1 + 1/k at any rho, while the mean of two
+    nights varies (1 + rho) / 2."""
+    if rho <= 0:
+        return 1 / current + 1 / baseline
+    return _ar1_window_variance(round(rho, 3), current, gap, baseline)
+
+
+def ar1_degrees_of_freedom(rho: float, k: int) -> float:
+    """Degrees of freedom of a variance estimated from k AR(1) values: the chi-square that has its
+    relative variance, Var(s^2) about 2 sigma^4 (1 + rho^2) / (k (1 - rho^2)). k - 1 when
+    independent; never below 2."""
+    return max(2.0, k * (1 - rho ** 2) / (1 + rho ** 2) - 1)
+
+
+def serial_baseline(baseline: Sequence[float]) -> tuple[float, float, float, float]:
+    """(mean, night variance, rho, degrees of freedom) of a baseline of consecutive nights: the
+    sample variance corrected for the autocorrelation the values show."""
+    k = len(baseline)
+    mean = sum(baseline) / k
+    s2 = sum((v - mean) ** 2 for v in baseline) / (k - 1)
+    variance, autocovariance = lag1_autocovariance(baseline)
+    rho = ar1_coefficient(autocovariance, variance, k)
+    return mean, s2 / ar1_variance_bias(rho, k), rho, ar1_degrees_of_freedom(rho, k)
+
+
 def night_prediction_p(current: Sequence[float], baseline: Sequence[float], variance_floor: float = 0.0,
-                       alternative: str = "two-sided") -> tuple[float | None, float | None]:
+                       alternative: str = "two-sided", serial: bool = False,
+                       gap: int = 0) -> tuple[float | None, float | None]:
     """(p, standard error) that the mean of `current` (one value per recent night) comes from the
     distribution the `baseline` values (one per earlier night) were drawn from: the Student-t
     prediction interval of a normal sample, t = (mean(current) - mean(baseline)) / sqrt(s^2 (1/m +
     1/k)) on k - 1 degrees of freedom. `alternative`: "two-sided", "greater" (the current mean is
     higher) or "less". `variance_floor` bounds s^2 from below (a baseline that happened to agree
     closely must not make any change significant). None when the baseline has fewer than 3 values
-    (an interval on 1 degree of freedom is no test) or no spread."""
+    (an interval on 1 degree of freedom is no test) or no spread.
+
+    `serial`: the values are consecutive nights, `current` the newest (newest first) and
+    `baseline` the ones `gap` nights before them (newest first): the test takes the
+    autocorrelation the baseline shows into its variance, its window variance and its degrees of
+    freedom (serial_baseline, ar1_window_variance); on independent nights it is the test above."""
     if alternative not in ("two-sided", "greater", "less"):
         raise ValueError(f"alternative must be two-sided, greater or less, not {alternative!r}")
     k, m = len(baseline), len(current)
     if k < 3 or m < 1:
         return None, None
-    mean = sum(baseline) / k
-    variance = max(sum((v - mean) ** 2 for v in baseline) / (k - 1), variance_floor)
+    if serial:
+        mean, variance, rho, df = serial_baseline(baseline)
+        window = ar1_window_variance(rho, m, k, gap)
+    else:
+        mean = sum(baseline) / k
+        variance, df, window = sum((v - mean) ** 2 for v in baseline) / (k - 1), k - 1, 1 / m + 1 / k
+    variance = max(variance, variance_floor)
     if variance <= 0:
         return None, None
     # Student's t cdf from scipy.special, what scipy.stats.t.cdf and .sf compute (stdtr(df, t) and
@@ -554,41 +648,59 @@ def night_prediction_p(current: Sequence[float], baseline: Sequence[float], vari
     # evaluates a run (see _binomial_cdf).
     from scipy.special import stdtr
 
-    se = math.sqrt(variance * (1 / m + 1 / k))
+    se = math.sqrt(variance * window)
     t = (sum(current) / m - mean) / se
     if alternative == "greater":
-        return float(stdtr(k - 1, -t)), se
+        return float(stdtr(df, -t)), se
     if alternative == "less":
-        return float(stdtr(k - 1, t)), se
-    return float(min(1.0, 2 * stdtr(k - 1, -abs(t)))), se
+        return float(stdtr(df, t)), se
+    return float(min(1.0, 2 * stdtr(df, -abs(t)))), se
 
 
 def night_shift_detectable(baseline: Sequence[float], alpha_two_nights: float, power: float = 0.9,
-                           variance_floor: float = 0.0) -> float | None:
+                           variance_floor: float = 0.0, each_night_p: float | None = None) -> float | None:
     """The smallest shift of a night-level value (log scale for latency) that the two-night test
     (the mean of two shifted nights against `baseline`, one-sided at `alpha_two_nights`) finds
     with probability `power`, taking the baseline's spread as the night-to-night sd (see
-    shift_detectable). None with fewer than 3 baseline values or no spread."""
+    shift_detectable), with the autocorrelation the baseline shows as the drift test takes it
+    (serial_baseline). None with fewer than 3 baseline values or no spread."""
     k = len(baseline)
     if k < 3:
         return None
-    mean = sum(baseline) / k
-    variance = max(sum((v - mean) ** 2 for v in baseline) / (k - 1), variance_floor)
-    return shift_detectable(variance, k, alpha_two_nights, power)
+    _, variance, rho, _ = serial_baseline(baseline)
+    return shift_detectable(max(variance, variance_floor), k, alpha_two_nights, power, rho, each_night_p)
 
 
-def shift_detectable(variance: float, k: int, alpha_two_nights: float, power: float = 0.9) -> float | None:
-    """The shift d with P(mean of 2 nights - baseline mean > t s sqrt(1/2 + 1/k)) = power for a
-    baseline of k nights with variance s^2: d = s sqrt(1/2 + 1/k) (t_{alpha, k-1} + z_power), the
-    mean of two shifted nights normal around d. The one-night test can only add to this power, so
-    the figure bounds from above what pages within two nights at that level. None with fewer than
-    3 nights, no spread, or a level or power outside (0, 1)."""
+def shift_detectable(variance: float, k: int, alpha_two_nights: float, power: float = 0.9,
+                     rho: float = 0.0, each_night_p: float | None = None) -> float | None:
+    """The shift d with P(mean of 2 nights - baseline mean > t s sqrt(W)) = power for a baseline
+    of k nights with night variance s^2: d = s sqrt(W) (t_{alpha, df} + z_power), the mean of two
+    shifted nights normal around d; W = 1/2 + 1/k and df = k - 1 for independent nights, the AR(1)
+    window variance and degrees of freedom at `rho` (ar1_window_variance, ar1_degrees_of_freedom).
+    `each_night_p`: the window pages only when each of its two nights alone also lies beyond the
+    baseline's (1 - each_night_p) quantile; d then solves P(window) P(one night)^2 = power (the
+    events are positively correlated, so the product, and the d it gives, err on the safe side).
+    None with fewer than 3 nights, no spread, or a level or power outside (0, 1)."""
     if k < 3 or variance <= 0 or not 0 < alpha_two_nights < 1 or not 0 < power < 1:
         return None
-    from scipy.special import ndtri, stdtrit
+    from scipy.special import ndtr, ndtri, stdtrit
 
-    t = float(stdtrit(k - 1, 1 - alpha_two_nights))
-    return math.sqrt(variance * (1 / 2 + 1 / k)) * (t + float(ndtri(power)))
+    window_sd = math.sqrt(variance * ar1_window_variance(rho, 2, k))
+    t = float(stdtrit(ar1_degrees_of_freedom(rho, k), 1 - alpha_two_nights))
+    shift = window_sd * (t + float(ndtri(power)))
+    if each_night_p is None:
+        return shift
+    night_sd = math.sqrt(variance * ar1_window_variance(rho, 1, k))
+    night_z = float(ndtri(1 - each_night_p))
+
+    def paged(d: float) -> float:
+        return float(ndtr(d / window_sd - t)) * float(ndtr(d / night_sd - night_z)) ** 2
+
+    low, high = shift, 2 * shift + 4 * night_sd
+    for _ in range(60):        # bisection: paged() rises with d
+        middle = (low + high) / 2
+        low, high = (middle, high) if paged(middle) < power else (low, middle)
+    return high
 
 
 def pearson_terms(successes: Sequence[int], totals: Sequence[int]) -> list[float] | None:
@@ -663,7 +775,8 @@ DISPERSION_NODES = 12
 
 
 def share_night_p(successes: int, n: int, base_successes: Sequence[int], base_totals: Sequence[int],
-                  alternative: str = "two-sided", nights: int = 1) -> float | None:
+                  alternative: str = "two-sided", nights: int = 1, serial: bool = False,
+                  gap: int = 0) -> float | None:
     """P-value that tonight's x of n comes from the night-to-night distribution the baseline runs'
     shares show: the beta-binomial predictive of tonight's count. Its mean is the pooled baseline
     share with half a success added (an all-zero baseline still allows a little); its variance
@@ -674,13 +787,34 @@ def share_night_p(successes: int, n: int, base_successes: Sequence[int], base_to
     one: the tail is averaged over the values of phi that X^2 allows (X^2 ~ c chi2(df), df from the
     spread of its terms, at most k - 1) at DISPERSION_NODES equal-probability points, each at
     least 1. When x of n are the counts of `nights` runs together, each run has its own night
-    effect: the correlation spans n / nights trials, not n. None with fewer than 3 baseline runs."""
+    effect: the correlation spans n / nights trials, not n. None with fewer than 3 baseline runs.
+
+    `serial`: the runs are consecutive nights, newest first, the baseline ending `gap` nights
+    before tonight's: the night effects' lag-1 autocorrelation (from the baseline shares'
+    autocovariance over their between-night variance) corrects phi for its bias, caps its degrees
+    of freedom, and adds the covariances of the night effects to the predictive's variance
+    (ar1_window_variance): the `nights` runs together vary more, the baseline's share less
+    independently of tonight's."""
     k, total = len(base_totals), sum(base_totals)
     if n <= 0 or k < 3 or total <= 0:
         return None
     share = (sum(base_successes) + 0.5) / (total + 1)
     size = total / k
     terms = pearson_terms(base_successes, base_totals)
+    rho, bias, most_df = 0.0, 1.0, float(k)
+    if serial and terms is not None and size > 1:
+        # The observed shares' autocorrelation (night effect and sampling noise together) sets the
+        # bias and the certainty of X^2, a sum of their squares; the night effects' own, larger by
+        # the observed variance over the between-night part, their covariances. That ratio is
+        # large when nights barely vary, but then the covariances weigh as little as the
+        # between-night variance does.
+        pooled = sum(base_successes) / total
+        between = (sum(terms) / (len(terms) - 1) - 1) * pooled * (1 - pooled) / size
+        shares = [x / t for x, t in zip(base_successes, base_totals) if t > 0]
+        variance, autocovariance = lag1_autocovariance(shares)
+        observed = ar1_coefficient(autocovariance, variance, len(shares))
+        rho = min(MOST_AUTOCORRELATION, observed * variance / between) if between > 0 else 0.0
+        bias, most_df = ar1_variance_bias(observed, k), ar1_degrees_of_freedom(observed, k)
     if terms is not None and len(terms) >= 2:
         # X^2 is phi chi2(df) with df matched to its spread (Satterthwaite): skewed night-to-night
         # variation makes the Pearson terms heavy-tailed and the estimate of phi less certain than
@@ -688,14 +822,18 @@ def share_night_p(successes: int, n: int, base_successes: Sequence[int], base_to
         g = len(terms)
         mean = sum(terms) / g
         spread = sum((t - mean) ** 2 for t in terms) / (g - 1)
-        df = max(2, round((g - 1) * min(1.0, 2 * mean ** 2 / spread if spread > 0 else 1.0)))
-        # X^2 ~ c chi2(df) with c df = (g - 1) phi: phi = X^2 df / ((g - 1) chi2(df))
-        dispersions = [max(1.0, sum(terms) * df / ((g - 1) * q))
+        df = max(2, round(min((g - 1) * min(1.0, 2 * mean ** 2 / spread if spread > 0 else 1.0), most_df)))
+        # X^2 ~ c chi2(df) with c df = (g - 1) phi: phi = X^2 df / ((g - 1) chi2(df)), low by the
+        # autocorrelation's bias
+        dispersions = [max(1.0, sum(terms) * df / ((g - 1) * q) / bias)
                        for q in _chi2_midpoint_quantiles(df, DISPERSION_NODES)]
     else:
         dispersions = [1.0]       # a baseline at 0 or 1 shows no spread to measure
+    # The night effects' covariances beyond independent nights', per unit of between-night share
+    # variance (0 when rho is)
+    covariance = ar1_window_variance(rho, nights, k, gap) - (1 / nights + 1 / k)
     tails = beta_binomial_tails(successes, n, share,
-                                [1 + (n / nights - 1) * ((phi - 1) / (size - 1) if size > 1 else 0.0)
+                                [1 + ((n / nights - 1) + n * covariance) * ((phi - 1) / (size - 1) if size > 1 else 0.0)
                                  + n * phi / total for phi in dispersions],
                                 alternative)
     return sum(tails) / len(tails)

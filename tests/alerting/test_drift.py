@@ -187,7 +187,7 @@ def test_a_tiny_shift_on_a_large_sample_is_significant_but_stays_quiet():
     decided = decide(tests, config)
     assert decided[0].p_value < decided[0].alpha and not decided[0].detected   # 10.4% against 10%: below 0.05
     lowered = decide(tests, DriftConfig(min_baseline_runs=3, min_effect={"error_rate": 0.001}))
-    assert lowered[0].detected and lowered[0].pages
+    assert lowered[0].detected and lowered[0].regressed and not lowered[0].pages   # tonight alone: a notice
 
 
 def test_paired_difference_moves_only_beyond_its_sampling_noise():
@@ -226,11 +226,12 @@ def test_a_penalty_setting_pools_its_grid_cells_into_one_family_and_names_the_ce
     quiet = [run_values(_penalty_night({})) for _ in range(config.baseline_runs + 1)]
     (_identity, (value, labels)), = run_values(_penalty_night({})).items()
     assert labels == {"penalty": "frequency_penalty", "penalty_value": 0.3} and value.n == 18
-    tests, short = target_tests("t", run_values(_penalty_night({("json_schema", 0.2): 3, ("json_object", 0.0): 1})),
-                                quiet, config)
+    # The move lasts two nights (tonight and the previous run): drift pages a regression that persists.
+    moved = run_values(_penalty_night({("json_schema", 0.2): 3, ("json_object", 0.0): 1}))
+    tests, short = target_tests("t", moved, [moved, *quiet[1:]], config)
     decided = decide(tests, config)
     assert short == 0 and {t.nights for t in decided} == {1, 2}
-    tonight = next(t for t in decided if t.nights == 1)
+    tonight = next(t for t in decided if t.nights == 2)
     assert tonight.pages and tonight.current == pytest.approx(4 / 18) and tonight.cells == 6
     assert tonight.summary.endswith("most moved: mode=json_schema, n_records=10, penalty=frequency_penalty, "
                                     "penalty_value=0.3, temperature=0.2 1 (+1)")
@@ -269,12 +270,13 @@ def test_the_page_budget_is_split_over_windows_probes_and_families_and_adds_up_t
     decided = decide(target_tests("t", tonight, quiet, config)[0] + target_tests("u", tonight, quiet, config)[0][:1],
                      config)
     alpha = {(t.target, t.probe, t.metric, t.nights): t.alpha for t in decided}
-    # "t": in each window two probes with one regression family each (modal share has no bad
-    # direction); one night gets 0.1 of the night's 0.01, two nights 0.9.
-    assert alpha[("t", "latency", "ttft_ms", 1)] == pytest.approx(0.01 * 0.1 / 2)
-    assert alpha[("t", "penalty", "corruption_rate", 2)] == pytest.approx(0.01 * 0.9 / 2)
-    # The regression tests of a target spend exactly its budget; "u" has only one test, which gets it all.
-    assert sum(t.alpha for t in decided if t.target == "t" and t.direction) == pytest.approx(0.01)
+    # "t": two probes with one regression family each (modal share has no bad direction). The
+    # two-night window, the only one that pages, spends the night's 0.01; tonight alone (notices)
+    # is decided at the same level.
+    assert alpha[("t", "latency", "ttft_ms", 2)] == alpha[("t", "latency", "ttft_ms", 1)] == pytest.approx(0.01 / 2)
+    assert alpha[("t", "penalty", "corruption_rate", 2)] == pytest.approx(0.01 / 2)
+    # The tests that page spend exactly the target's budget; "u" has only one family, which gets it all.
+    assert sum(t.alpha for t in decided if t.target == "t" and t.direction and t.nights == 2) == pytest.approx(0.01)
     assert [t.alpha for t in decided if t.target == "u"] == pytest.approx([0.01])
 
 
@@ -302,7 +304,8 @@ def test_drift_on_stored_runs_uses_the_previous_complete_runs_of_the_suite_and_t
         _stored_night(store, 7, 900, 20, status="failed")             # not complete: not in the baseline
         add_run(store, "other-suite", 8, [share("error_rate", 24, 24, concurrency=4)], suite="divergence",
                 target="emu")
-        _stored_night(store, 9, quiet_ttft[7], 1)
+        # A shift lasts two nights (9 and 10): drift pages a regression that persists.
+        _stored_night(store, 9, 250 if shifted else quiet_ttft[7], 12 if shifted else 1)
         tonight = _stored_night(store, 10, 250 if shifted else quiet_ttft[8], 12 if shifted else 0)
         tests = drift_for_run(store, tonight, config.drift).tests
         one_night = {(t.kind, t.metric): t for t in tests if t.nights == 1}
@@ -314,7 +317,8 @@ def test_drift_on_stored_runs_uses_the_previous_complete_runs_of_the_suite_and_t
     fired = {row["metric"] for row in evaluation.fired_now}
     if shifted:
         assert fired == {"error_rate", "ttft_ms", "e2e_ms"}       # ITL did not move
-        assert one_night[("latency", "ttft_ms")].effect == pytest.approx(1.5, abs=0.1)
+        two_nights = {t.metric: t for t in tests if t.nights == 2}
+        assert two_nights["ttft_ms"].effect == pytest.approx(1.5, abs=0.1) and two_nights["ttft_ms"].pages
     else:
         assert fired == set() and evaluation.firing == []
 
@@ -349,8 +353,8 @@ def test_the_store_path_reads_only_judged_rows_and_decides_as_every_row_of_the_b
     config = DriftConfig(baseline_runs=8, min_baseline_runs=5)
     rng = np.random.default_rng(7)
     with Store.open(f"sqlite:///{tmp_path / 'mixed.db'}") as store:
-        for night in range(14):
-            add_run(store, f"n{night:02d}", night, _mixed_night(rng, 1.0), suite="nightly")
+        for night in range(14):     # the shift lasts two nights (13 and 14): it persists
+            add_run(store, f"n{night:02d}", night, _mixed_night(rng, shift if night == 13 else 1.0), suite="nightly")
         tonight = add_run(store, "n14", 14, _mixed_night(rng, shift), suite="nightly")
         found = drift_for_run(store, tonight, config)
         earlier = [f"n{night:02d}" for night in range(13, 13 - config.baseline_runs - 1, -1)]

@@ -35,7 +35,7 @@ def test_drill_delivers_the_alert_to_every_configured_sink(tmp_path, alertmanage
                       env={"DRILL_TEST_SECRET": SECRET, "DRILL_TEST_SLACK_URL": slack.url}, timeout=280)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
-    assert "drill run 4/4: REGRESSED" in output and "FIRING [critical] drill_ttft_p50" in output
+    assert "drill run 5/5: REGRESSED" in output and "FIRING [critical] drill_ttft_p50" in output
     assert "every configured sink received its alerts" in output
 
     received = [r.json() for r in hook.requests]

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from prober.alerting.drift import decide, run_values, target_tests
+from prober.alerting.drift import EACH_NIGHT_P, decide, run_values, target_tests
 from prober.core import stats
 from prober.core.config import DriftConfig
 
@@ -44,7 +44,7 @@ def test_a_shift_of_the_stated_detectable_effect_pages_within_two_nights_nine_ti
         assert alpha is not None
         # stated from the newest baseline_runs nights: the baseline of the second night's two-night test
         shift = stats.night_shift_detectable(logs[-CONFIG.baseline_runs:], alpha, 0.9,
-                                             stats.LATENCY_LOG_VARIANCE_FLOOR)
+                                             stats.LATENCY_LOG_VARIANCE_FLOOR, EACH_NIGHT_P)
         assert shift is not None
         first = _night(math.exp(math.log(40) + shift + rng.normal(0, night_sd)))
         found, _ = _pages(first, baseline[:CONFIG.baseline_runs + 1])

@@ -59,9 +59,13 @@ def test_far_site_runs_are_not_drift_against_the_near_sites_baseline(tmp_path):
             _night(store, f"iad{night}", 2 * night + 1, "iad", FAR * WOBBLE[night])
         _night(store, "iad-tonight", 30, "iad", FAR)
         quiet = evaluate_run(store, config, "iad-tonight")
-        _night(store, "fra-slow", 31, "fra", FAR)
+        # fra slow two nights running (drift pages a regression that persists)
+        _night(store, "fra-slow-1", 31, "fra", FAR)
+        first = evaluate_run(store, config, "fra-slow-1")
+        _night(store, "fra-slow", 32, "fra", FAR)
         slow = evaluate_run(store, config, "fra-slow")
     assert quiet.firing == [] and quiet.checked > 0
+    assert first.fired_now == []
     assert [(row["metric"], row["detail"]["site"]) for row in slow.fired_now] == [("ttft_ms", "fra")]
 
 

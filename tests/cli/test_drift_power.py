@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pytest
 
+from prober.alerting.drift import EACH_NIGHT_P
 from prober.core import stats
 from prober.store import Store
 from tests.support.cli import assert_one_clear_line, prober
@@ -43,10 +44,11 @@ def test_drift_power_states_the_shift_the_two_night_test_detects(tmp_path):
     found = LINE.search(result.stdout)
     assert found, result.stdout
     # The newest run is judged: its two-night test's baseline is the 10 runs before the previous one,
-    # at the whole two-night share of the budget (one probe, one family): 0.9 / 90.
+    # at the whole budget (one probe, one family, the two-night window the only one that pages):
+    # 1 / 90, each of its nights beyond the baseline's 90th percentile.
     baseline = logs[:-2]
-    expected = math.exp(stats.night_shift_detectable(baseline, 0.9 / 90)) - 1
-    spread = float(np.std(baseline, ddof=1))
+    expected = math.exp(stats.night_shift_detectable(baseline, 1 / 90, each_night_p=EACH_NIGHT_P)) - 1
+    spread = stats.serial_baseline(baseline)[1] ** 0.5
     assert int(found.group(2)) == len(baseline)
     assert int(found.group(3)) == round(100 * expected), (result.stdout, expected)
     assert int(found.group(1)) == round(100 * spread), (result.stdout, spread)

@@ -184,8 +184,12 @@ def test_litellm_between_prober_and_llama_server(tmp_path, llama_servers):
               f"{compared['ttft_p50_ms']['b']:.1f} ms (+{added['ttft_p50_ms']:.1f}), p99 "
               f"{compared['ttft_p99_ms']['a']:.1f} -> {compared['ttft_p99_ms']['b']:.1f} ms "
               f"(+{added['ttft_p99_ms']:.1f}); n {compared['ttft_p50_ms']['n_a']}/{compared['ttft_p50_ms']['n_b']}")
-        # One more hop, through a Python proxy: the first token comes later.
-        assert added["ttft_p50_ms"] > 0, compared
+        # One more hop through a Python proxy adds tens of ms (docs/operations.md), less than the
+        # machine's own drift between two targets run one after another (a CI run measured -21 ms
+        # on /v1/messages), so the sign is not asserted; the size is, as a ratio to direct's in the
+        # same run: a gateway that queued, retried or buffered requests would cost a multiple.
+        ratio = compared["ttft_p50_ms"]["b"] / compared["ttft_p50_ms"]["a"]
+        assert 0.5 < ratio < 2.0, compared
         # The gateway streams: the answer's tokens still reach the client spread over at least half
         # the time they take direct (a proxy that buffered the answer would send them at once).
         decode = {side: compared["e2e_p50_ms"][side] - compared["ttft_p50_ms"][side] for side in ("a", "b")}

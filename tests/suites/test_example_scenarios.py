@@ -82,5 +82,5 @@ def test_regression_fires_the_drill(tmp_path) -> None:
     done = prober("drill", "--scenario", str(SCENARIOS / "regression.toml"), cwd=tmp_path, timeout=500)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
-    assert "drill run 4/4: REGRESSED emulator, the given scenario" in output
+    assert "drill run 5/5: REGRESSED emulator, the given scenario" in output
     assert "FIRING [critical] drill_ttft_p50" in output
