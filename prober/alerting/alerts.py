@@ -132,8 +132,8 @@ def slo_observations(config: ProberConfig, metric_rows: list[dict[str, Any]], ru
 
 def drift_observations(tests: list[DriftTest], run: dict[str, Any],
                        new_normal_nights: int = DEFAULT_NEW_NORMAL_NIGHTS) -> list[Observation]:
-    """One observation per metric family with a bad direction: broken when its one-night or its
-    two-night test found a regression (that test, else the one-night test, describes it). Families
+    """One observation per metric family with a bad direction: broken when a test that pages
+    (the two-night window, the trend) found a regression (that test, else the first, describes it). Families
     without a bad direction only ever make notices (DriftOutcome.notices). Each says whether the
     family is back in its baseline's range (every test's one-sided p above IN_RANGE_P: what
     resolves an open alert) and since when its window's nights ran (where an open drift starts)."""
@@ -142,7 +142,9 @@ def drift_observations(tests: list[DriftTest], run: dict[str, Any],
     for test in tests:
         if test.direction == 0:
             continue
-        in_range[test.key] = in_range.get(test.key, True) and (test.p_value is None or test.p_value > IN_RANGE_P)
+        # back in range is judged on the recent windows: a slope over weeks lags a recovery
+        in_range[test.key] = in_range.get(test.key, True) and (
+            test.trend or test.p_value is None or test.p_value > IN_RANGE_P)
         held = chosen.get(test.key)
         if held is None or (test.pages and not held.pages):
             chosen[test.key] = test

@@ -25,13 +25,19 @@ policy, measured by bench/alarm_calibration.py (docs/operations.md, "Alerting"):
   overdispersion the baseline shows); a latency family is the Student-t prediction interval of the
   baseline's values (stats.night_prediction_p) on the log scale; schema_order's paired difference
   likewise, its spread floored at tonight's paired sampling variance.
-- Two windows: tonight against the previous `baseline_runs` runs, and the mean of tonight and the
-  previous run against the runs before that one: a sustained move shows on night 2 with half the
-  variance (the debounce).
-- The budget is split evenly (Bonferroni) over the night's regression tests of a target: each
-  fires at p <= (false_pages_per_90_nights / 90) / tests, when its effect also reaches the minimum
-  effect for its kind (or metric name). A flagged row is left out; metrics without a per-run
-  distribution (counts, throughput, costs) are left to SLO rules.
+- Nights are not independent: a deploy or a noisy neighbour lasts days. Every test estimates the
+  lag-1 autocorrelation its baseline's nights show and takes it into its variance, the variance of
+  its window and its degrees of freedom (stats.serial_baseline, stats.ar1_window_variance).
+- Windows: tonight against the previous `baseline_runs` runs (a notice only), the mean of tonight
+  and the previous run against the runs before that one, which pages when each of its two nights
+  also lies beyond the baseline's 90th percentile on its own (a regression that persists, not one
+  wild night), and the slope of the family over the last `baseline_runs` runs (a creep too slow
+  for two nights to show). See WINDOW_BUDGET.
+- The budget is split (weighted Bonferroni) over the windows that page and evenly over the night's
+  regression families of a target within each: each fires at p <= its share of
+  false_pages_per_90_nights / 90, when its effect also reaches the minimum effect for its kind (or
+  metric name). A flagged row is left out; metrics without a per-run distribution (counts,
+  throughput, costs) are left to SLO rules.
 """
 
 from __future__ import annotations
@@ -88,7 +94,8 @@ class DriftTest:
     n_current: int
     n_baseline: int
     baseline_runs: int
-    nights: int = 1                # 1: tonight alone; 2: tonight and the previous run together
+    nights: int = 1                # 1: tonight alone; 2: tonight and the previous run together;
+                                   # a trend: the runs its slope was fitted on
     direction: int = 0             # the bad direction (+1 up, -1 down), 0: notices only
     cells: int = 1                 # metric cells pooled into the family
     worst_cell: str = ""           # the cell that moved most towards the bad direction
@@ -107,6 +114,9 @@ class DriftTest:
     # A window of several nights: the largest of its nights' own one-sided p against the window's
     # baseline (None: not computed, the window's own p was far from any level)
     each_night_p: float | None = field(default=None, compare=False)
+    # A slow creep: the slope over the last `nights` runs (stats.trend_p); baseline and current
+    # are the fitted line's values at the window's oldest and newest night
+    trend: bool = False
 
     @property
     def regressed(self) -> bool:
@@ -117,7 +127,9 @@ class DriftTest:
     def persists(self) -> bool:
         """A window that pages (WINDOW_BUDGET), each of its nights beyond the baseline's
         (1 - EACH_NIGHT_P) quantile towards the bad direction on its own."""
-        return self.nights in WINDOW_BUDGET and self.each_night_p is not None and self.each_night_p <= EACH_NIGHT_P
+        if self.trend:
+            return True            # a slope over weeks of nights: no one night makes it
+        return self.nights == 2 and self.each_night_p is not None and self.each_night_p <= EACH_NIGHT_P
 
     @property
     def pages(self) -> bool:
@@ -141,11 +153,13 @@ class DriftTest:
             moved = f"paired difference {format_value(self.current)} vs {format_value(self.baseline)}"
         else:
             moved = f"{format_value(self.current)} vs {format_value(self.baseline)}"
-        when = "tonight" if self.nights == 1 else f"last {self.nights} runs"
+        when = ("tonight" if self.nights == 1 else f"trend over the last {self.nights} runs" if self.trend
+                else f"last {self.nights} runs")
         p = "-" if self.p_value is None else f"{self.p_value:.2g}"
         worst = f"; most moved: {self.worst_cell}" if self.worst_cell else ""
+        against = "" if self.trend else f" against {self.baseline_runs} baseline runs"
         return (f"drift: {self.target} {self.probe} {self.metric}{f' ({where})' if where else ''}: {moved} "
-                f"({when}) against {self.baseline_runs} baseline runs (p={p}){worst}")
+                f"({when}){against} (p={p}){worst}")
 
 
 @dataclass
@@ -176,14 +190,18 @@ def min_effect_for(kind: str, metric: str, config: DriftConfig) -> float:
 # of its nights on its own lies beyond the baseline's (1 - EACH_NIGHT_P) quantile towards the bad
 # direction. A regression of the sizes the detection targets name passes that with room to spare.
 # A collapse pages on its second night; the SLO rules page an outright failure the night it happens.
-WINDOW_BUDGET = {2: 1.0}
+# A creep too slow for two nights to show (+0.5% a night) is the trend window's: the slope of the
+# family over the last `baseline_runs` runs (TREND_WINDOW), with a fifth of the budget.
+WINDOW_BUDGET = {"two nights": 0.8, "trend": 0.2}
 EACH_NIGHT_P = 0.1
+# A trend is fitted on at least this many runs (fewer: a step tonight has too much leverage).
+FEWEST_TREND_RUNS = 28
 
 
-def _paging_window(test: DriftTest) -> int:
-    """The window whose level a test is decided at: its own, or the two-night window's for tonight
-    alone (which pages nothing)."""
-    return test.nights if test.nights in WINDOW_BUDGET else 2
+def _paging_window(test: DriftTest) -> str:
+    """The window whose level a test is decided at (WINDOW_BUDGET): tonight alone, which pages
+    nothing, at the two-night window's."""
+    return "trend" if test.trend else "two nights"
 
 
 def decide(tests: Sequence[DriftTest], config: DriftConfig) -> list[DriftTest]:
@@ -193,20 +211,20 @@ def decide(tests: Sequence[DriftTest], config: DriftConfig) -> list[DriftTest]:
     (penalty: a family per setting) does not take the power of the others. Then the minimum effect.
     Notice-only tests are held to the same level, spent on nobody's pager."""
     per_night = config.false_pages_per_90_nights / 90
-    families: dict[tuple[str, int, str], set[str]] = defaultdict(set)
+    families: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     for test in tests:
         if test.direction != 0:
             families[(test.target, _paging_window(test), test.probe)].add(test.key)
-    probes: dict[tuple[str, int], int] = defaultdict(int)
-    for target, nights, _ in families:
-        probes[(target, nights)] += 1
+    probes: dict[tuple[str, str], int] = defaultdict(int)
+    for target, window_name, _ in families:
+        probes[(target, window_name)] += 1
     decided = []
     for test in tests:
-        nights = _paging_window(test)
+        name = _paging_window(test)
         windows = {n: share for n, share in WINDOW_BUDGET.items() if probes[(test.target, n)]}
-        window = windows.get(nights, 0.0) / sum(windows.values()) if windows else 1.0
-        alpha = (per_night * window / max(1, probes[(test.target, nights)])
-                 / max(1, len(families[(test.target, nights, test.probe)])))
+        window = windows.get(name, 0.0) / sum(windows.values()) if windows else 1.0
+        alpha = (per_night * window / max(1, probes[(test.target, name)])
+                 / max(1, len(families[(test.target, name, test.probe)])))
         floor = min_effect_for(test.kind, test.metric, config)
         # A directional test's p is one-sided towards the bad direction; 1 - p stands for the other
         # tail, so that a large improvement still shows as a notice.
@@ -225,7 +243,8 @@ DETECTION_POWER = 0.9
 def _detectable(test: DriftTest, alpha: float, floor: float) -> float | None:
     """A latency family's two-night test: the smallest relative shift it pages with
     DETECTION_POWER (never below the minimum effect); None for other tests."""
-    if test.kind != "latency" or test.nights != 2 or test.night_variance is None or test.direction == 0:
+    if (test.kind != "latency" or test.nights != 2 or test.trend or test.night_variance is None
+            or test.direction == 0):
         return None
     shift = stats.shift_detectable(test.night_variance, test.baseline_runs, alpha, DETECTION_POWER,
                                    test.autocorrelation, EACH_NIGHT_P)
@@ -496,6 +515,37 @@ def _night_test(kind: str, target: str, probe: str, metric: str, labels: dict[st
                      direction=direction, cells=cells)
 
 
+def trend_test(kind: str, target: str, probe: str, metric: str, labels: dict[str, Any],
+               series: Sequence[RunValue]) -> DriftTest | None:
+    """The family's slope over `series` (newest first, at least FEWEST_TREND_RUNS runs), one-sided
+    towards its bad direction (None without one): a latency family's mean log p50, a share's
+    night shares. Its effect is the fitted line's change over the window (relative for latency)."""
+    direction = bad_direction(probe, metric)
+    if direction == 0 or len(series) < FEWEST_TREND_RUNS:
+        return None
+    oldest_first = series[::-1]
+    if kind == "latency":
+        values, floor = [v.value for v in oldest_first], stats.LATENCY_LOG_VARIANCE_FLOOR
+    else:
+        values = [v.successes / v.n for v in oldest_first if v.n > 0]
+        trials = sum(v.n for v in oldest_first)
+        pooled = sum(v.successes for v in oldest_first) / trials if trials else 0.0
+        # the binomial variance of a night's share: the least the nights can vary
+        floor = pooled * (1 - pooled) / (trials / len(values)) if values else 0.0
+    found = stats.trend_p(values, _alternative(direction), floor)
+    if found is None:
+        return None
+    n_now, n_window = series[0].n, sum(v.n for v in series)
+    if kind == "latency":
+        return DriftTest(kind, target, probe, metric, labels, found.p_value,
+                         math.exp(found.fitted_last - found.fitted_first) - 1, math.exp(found.fitted_first),
+                         math.exp(found.fitted_last), n_now, n_window, len(values), len(values), direction=direction,
+                         cells=max(1, len(series[0].cells)), trend=True, autocorrelation=found.rho)
+    return DriftTest(kind, target, probe, metric, labels, found.p_value, found.fitted_last - found.fitted_first,
+                     found.fitted_first, found.fitted_last, n_now, n_window, len(values), len(values),
+                     direction=direction, cells=max(1, len(series[0].cells)), trend=True)
+
+
 @dataclass(frozen=True)
 class BaselineLimits:
     """Which earlier runs a family's baseline may take besides comparability, by the time each run
@@ -575,6 +625,11 @@ def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, 
                         for night in (value, previous)]
                 two = replace(two, each_night_p=None if None in each else max(p for p in each if p is not None))
             tests.append(replace(two, window_start=started[0]) if started else two)
+        if allowed is None and kind in ("latency", "proportion"):
+            series = [value, *(h for h in history[:config.baseline_runs - 1] if h is not None)]
+            trend = trend_test(kind, target, probe, metric, labels, series)
+            if trend is not None:
+                tests.append(replace(trend, window_start=started[0]) if started else trend)
     return tests, short
 
 

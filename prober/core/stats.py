@@ -10,7 +10,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 if TYPE_CHECKING:
     import numpy as np
@@ -594,6 +594,63 @@ def ar1_window_variance(rho: float, current: int, baseline: int, gap: int = 0) -
     if rho <= 0:
         return 1 / current + 1 / baseline
     return _ar1_window_variance(round(rho, 3), current, gap, baseline)
+
+
+@functools.lru_cache(maxsize=1024)
+def _trend_weights(k: int) -> tuple[float, ...]:
+    centre = (k - 1) / 2
+    spread = sum((i - centre) ** 2 for i in range(k))
+    return tuple((i - centre) / spread for i in range(k))
+
+
+@functools.lru_cache(maxsize=4096)
+def _ar1_trend_variance(rho: float, k: int) -> float:
+    weights = _trend_weights(k)
+    return sum(wi * wj * rho ** abs(i - j) for i, wi in enumerate(weights) for j, wj in enumerate(weights))
+
+
+class TrendTest(NamedTuple):
+    p_value: float
+    slope: float            # per night
+    fitted_first: float     # the line's value at the oldest night
+    fitted_last: float      # and at the newest
+    rho: float
+
+
+# Fewer nights than this give a slope no budget-sized level can trust.
+FEWEST_TREND_NIGHTS = 14
+
+
+def trend_p(values: Sequence[float], alternative: str, variance_floor: float = 0.0) -> TrendTest | None:
+    """The least-squares slope of consecutive nights' values (oldest first) tested against no
+    trend: a creep too slow for any two nights to show (+0.5% a night is +20% in 40 nights). Its
+    variance is the residuals' (corrected for their lag-1 autocorrelation's bias, at least
+    `variance_floor`) times w' R w, w the slope's weights and R the AR(1) correlation of the
+    nights, on the degrees of freedom correlated residuals carry, minus the slope's. None with
+    fewer than FEWEST_TREND_NIGHTS values or no spread."""
+    if alternative not in ("greater", "less"):
+        raise ValueError(f"alternative must be greater or less, not {alternative!r}")
+    k = len(values)
+    if k < FEWEST_TREND_NIGHTS:
+        return None
+    weights = _trend_weights(k)
+    mean = sum(values) / k
+    slope = sum(w * v for w, v in zip(weights, values))
+    centre = (k - 1) / 2
+    residuals = [v - mean - slope * (i - centre) for i, v in enumerate(values)]
+    variance, autocovariance = lag1_autocovariance(residuals)
+    rho = ar1_coefficient(autocovariance, variance, k)
+    night_variance = max(sum(r * r for r in residuals) / (k - 2) / ar1_variance_bias(rho, k), variance_floor)
+    if night_variance <= 0:
+        return None
+    slope_variance = night_variance * (_ar1_trend_variance(round(rho, 3), k) if rho > 0
+                                       else sum(w * w for w in weights))
+    from scipy.special import stdtr
+
+    t = slope / math.sqrt(slope_variance)
+    df = max(2.0, ar1_degrees_of_freedom(rho, k) - 1)
+    p = float(stdtr(df, -t)) if alternative == "greater" else float(stdtr(df, t))
+    return TrendTest(p, slope, mean - slope * centre, mean + slope * centre, rho)
 
 
 def ar1_degrees_of_freedom(rho: float, k: int) -> float:

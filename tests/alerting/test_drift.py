@@ -230,7 +230,9 @@ def test_a_penalty_setting_pools_its_grid_cells_into_one_family_and_names_the_ce
     moved = run_values(_penalty_night({("json_schema", 0.2): 3, ("json_object", 0.0): 1}))
     tests, short = target_tests("t", moved, [moved, *quiet[1:]], config)
     decided = decide(tests, config)
-    assert short == 0 and {t.nights for t in decided} == {1, 2}
+    # tonight, two nights, and the trend over the last baseline_runs runs
+    assert short == 0 and {(t.nights, t.trend) for t in decided} == {(1, False), (2, False),
+                                                                    (config.baseline_runs, True)}
     tonight = next(t for t in decided if t.nights == 2)
     assert tonight.pages and tonight.current == pytest.approx(4 / 18) and tonight.cells == 6
     assert tonight.summary.endswith("most moved: mode=json_schema, n_records=10, penalty=frequency_penalty, "
@@ -269,14 +271,17 @@ def test_the_page_budget_is_split_over_windows_probes_and_families_and_adds_up_t
     tonight = {**run_values(_latency_night(100)), **run_values(_penalty_night({}))}
     decided = decide(target_tests("t", tonight, quiet, config)[0] + target_tests("u", tonight, quiet, config)[0][:1],
                      config)
-    alpha = {(t.target, t.probe, t.metric, t.nights): t.alpha for t in decided}
+    alpha = {(t.target, t.probe, t.metric, t.nights, t.trend): t.alpha for t in decided}
     # "t": two probes with one regression family each (modal share has no bad direction). The
-    # two-night window, the only one that pages, spends the night's 0.01; tonight alone (notices)
-    # is decided at the same level.
-    assert alpha[("t", "latency", "ttft_ms", 2)] == alpha[("t", "latency", "ttft_ms", 1)] == pytest.approx(0.01 / 2)
-    assert alpha[("t", "penalty", "corruption_rate", 2)] == pytest.approx(0.01 / 2)
+    # two-night window spends 0.8 of the night's 0.01, tonight alone (notices) is decided at the
+    # same level; the trend window 0.2, all of it latency's (a penalty grid at 0 has no slope).
+    assert (alpha[("t", "latency", "ttft_ms", 2, False)] == alpha[("t", "latency", "ttft_ms", 1, False)]
+            == pytest.approx(0.01 * 0.8 / 2))
+    assert alpha[("t", "penalty", "corruption_rate", 2, False)] == pytest.approx(0.01 * 0.8 / 2)
+    assert alpha[("t", "latency", "ttft_ms", config.baseline_runs, True)] == pytest.approx(0.01 * 0.2)
+    assert not any(t.trend for t in decided if t.probe == "penalty")
     # The tests that page spend exactly the target's budget; "u" has only one family, which gets it all.
-    assert sum(t.alpha for t in decided if t.target == "t" and t.direction and t.nights == 2) == pytest.approx(0.01)
+    assert sum(t.alpha for t in decided if t.target == "t" and t.direction and t.nights > 1) == pytest.approx(0.01)
     assert [t.alpha for t in decided if t.target == "u"] == pytest.approx([0.01])
 
 

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.unit
 
 QUIET_NIGHTS = 270          # three budget periods of 90 nights
 HISTORIES = 40
+CREEP_HISTORIES = 20
 
 
 def quiet_spend(config, seed: int = 11, model: str = "high") -> bench.LevelResult:
@@ -58,14 +59,37 @@ def test_quiet_nights_at_high_noise_stay_within_the_page_budget():
     assert len(result.pages) <= 2 * periods, result.pages
 
 
-@pytest.mark.timeout(600)
-def test_quiet_autocorrelated_nights_stay_under_twice_the_page_budget():
-    # Nights with AR(1) rho 0.5 night effects (issue 30): the spend must stay below twice the budget.
-    config = bench.default_config()
+def autocorrelated_spend(config) -> tuple[float, float]:
+    """(tests at 10x their level over 10, the budget of the nights run) under AR(1) rho 0.5."""
     result = quiet_spend(config, seed=13, model="low rho 0.5")
-    periods = result.nights_run / 90 * config.drift.false_pages_per_90_nights
-    assert result.near_level / bench.NEAR_FACTOR < 2 * periods, result.near_level
-    assert len(result.pages) <= 3 * periods, result.pages
+    return result.near_level / bench.NEAR_FACTOR, result.nights_run / 90 * config.drift.false_pages_per_90_nights
+
+
+@pytest.mark.timeout(600)
+def test_quiet_autocorrelated_nights_stay_within_the_page_budget():
+    # Nights with AR(1) rho 0.5 night effects (issue 30): the spend stays within the budget. The
+    # tests without the autocorrelation spent 1.9 per 90 nights here; with it, 0.56 (450 nights).
+    config = bench.default_config()
+    spend, budget = autocorrelated_spend(config)
+    assert spend <= budget, (spend, budget)
+    # The check has the power to see a policy twice over budget: the same code at twice the level
+    # (the budget it is judged against unchanged) fails it.
+    doubled = bench.default_config()
+    doubled.drift.false_pages_per_90_nights *= 2
+    assert autocorrelated_spend(doubled)[0] > budget
+
+
+@pytest.mark.timeout(900)
+def test_a_slow_creep_pages_within_40_nights():
+    # TTFT +0.5% a night from a branch point on (issue 30, item 4): the trend window pages it within
+    # 40 nights in most histories, none of which paged before the creep began.
+    config = bench.default_config()
+    creep = next(r for r in bench.REGRESSIONS if r.creep)
+    result = bench.noise_level(config, bench.REGRESSION_NOISE, nights=CREEP_HISTORIES, histories=CREEP_HISTORIES,
+                               seed=14, regressions=[creep])
+    found = result.delays[creep.name]
+    assert len(found) == CREEP_HISTORIES
+    assert bench.detected_share(found, bench.CREEP_WITHIN) >= 0.75, found
 
 
 def persistent_history(config, shift_from: int, shift_until: int, nights: int, seed: int = 21):
