@@ -600,6 +600,18 @@ class Store:
                             pairs: Mapping[tuple[str, str, str], str] | None = None) -> Iterator[dict[str, Any]]:
         """As `metric_history`, a run at a time (with `since`): an export of a month of a fleet's
         metrics never holds them all."""
+        for names, rows in self.metric_history_batches(since=since, target=target, suite=suite, name=name,
+                                                       run_id=run_id, statuses=statuses, site=site, batch=batch,
+                                                       pairs=pairs):
+            yield from (dict(zip(names, row, strict=True)) for row in rows)
+
+    def metric_history_batches(self, *, since: dt.datetime | None = None, target: str | None = None,
+                               suite: str | None = None, name: str | None = None, run_id: str | None = None,
+                               statuses: Sequence[str] | None = None, site: str | None = None,
+                               batch: str | None = None, pairs: Mapping[tuple[str, str, str], str] | None = None
+                               ) -> Iterator[tuple[list[str], Sequence[Sequence[Any]]]]:
+        """The rows of `iter_metric_history` as (column names, a batch of value rows): a CSV export
+        converts a batch a column at a time, and a dict per row would cost it more than the write."""
         own_status = sa.func.coalesce(run_targets.c.status, runs.c.status)
         query = (sa.select(metrics, runs.c.suite, runs.c.started_at.label("run_started_at"),
                            runs.c.finished_at.label("run_finished_at"), own_status.label("run_status"),
@@ -620,7 +632,7 @@ class Store:
                                          for (target_name, _, _), run in pairs.items())))
         with self._engine.connect() as conn:
             # One metric's rows, run by run (through the run-and-name index), even over all history.
-            yield from _iter_window(conn, query, metrics, since, every_run=name is not None)
+            yield from _window_batches(conn, query, metrics, since, every_run=name is not None)
 
     def metric_runs(self, *, since: dt.datetime | None = None, target: str | None = None,
                     suite: str | None = None, site: str | None = None,
@@ -717,6 +729,15 @@ class Store:
         """As `sample_history`, a run at a time: a week of a fleet's samples is hundreds of MB as dicts.
         With `json_text`, a JSON object or array comes as the JSON text stored, not decoded (an
         export writes text anyway); a JSON scalar is decoded as usual."""
+        for names, rows in self.sample_history_batches(since=since, target=target, suite=suite, run_id=run_id,
+                                                       json_text=json_text):
+            yield from (dict(zip(names, row, strict=True)) for row in rows)
+
+    def sample_history_batches(self, *, since: dt.datetime | None = None, target: str | None = None,
+                               suite: str | None = None, run_id: str | None = None, json_text: bool = False
+                               ) -> Iterator[tuple[list[str], Sequence[Sequence[Any]]]]:
+        """The rows of `iter_sample_history` as (column names, a batch of at most _SAMPLE_BATCH value
+        rows), for an export that converts a batch a column at a time."""
         columns = [_as_json_text(column) if json_text else column for column in samples.columns]
         query = (sa.select(*columns, runs.c.suite, runs.c.site.label("run_site"))
                  .join(runs, runs.c.id == samples.c.run_id)
@@ -730,13 +751,19 @@ class Store:
                 names = list(result.keys())
                 texts = [index for index, name in enumerate(names) if json_text and _is_json(samples, name)]
                 for values in result.partitions(_SAMPLE_BATCH):
-                    for value_row in values:
-                        row = dict(zip(names, value_row, strict=True))
-                        for index in texts:
-                            text: str | None = value_row[index]
-                            if text is not None and text[:1] not in ("{", "["):
-                                row[names[index]] = json.loads(text)
-                        yield row
+                    yield names, [_scalars_decoded(row, texts) for row in values] if texts else values
+
+
+def _scalars_decoded(row: Sequence[Any], texts: Sequence[int]) -> Sequence[Any]:
+    """The row with the JSON scalars among these columns of JSON text decoded (an object or array
+    stays text): a copy only when it holds one."""
+    scalars = [index for index in texts if row[index] is not None and row[index][:1] not in ("{", "[")]
+    if not scalars:
+        return row
+    decoded = list(row)
+    for index in scalars:
+        decoded[index] = json.loads(decoded[index])
+    return decoded
 
 
 def _kind(column_type: sa.types.TypeEngine[Any]) -> str:
@@ -778,18 +805,21 @@ def _json_decoded(names: Sequence[str], rows: Iterable[Sequence[Any]], table: sa
         yield row
 
 
-def _iter_window(conn: sa.Connection, query: sa.Select[Any], table: sa.Table,
-                 since: dt.datetime | None, every_run: bool = False) -> Iterator[dict[str, Any]]:
-    """The rows of `query` (ordered by run start, run id, then row). With `since`: the window's runs
-    first (index on start time), then each run's rows by run id. One query joining the window to
-    the table leaves the plan to the database, and PostgreSQL scans the whole table whenever it
-    guesses the window holds a tenth of it; run by run, every read is an index lookup. `every_run`:
-    run by run over all history too (a few rows of each run are wanted)."""
-    if since is None and not every_run:
-        yield from (dict(row._mapping) for row in conn.execute(query))
-        return
-    for run_id in _window_runs(conn, since):
-        yield from (dict(row._mapping) for row in conn.execute(query.where(table.c.run_id == run_id)))
+def _window_batches(conn: sa.Connection, query: sa.Select[Any], table: sa.Table, since: dt.datetime | None,
+                    every_run: bool = False) -> Iterator[tuple[list[str], Sequence[Sequence[Any]]]]:
+    """The rows of `query` (ordered by run start, run id, then row) as (column names, a batch of at
+    most _SAMPLE_BATCH value rows). With `since`: the window's runs first (index on start time),
+    then each run's rows by run id. One query joining the window to the table leaves the plan to
+    the database, and PostgreSQL scans the whole table whenever it guesses the window holds a tenth
+    of it; run by run, every read is an index lookup. `every_run`: run by run over all history too
+    (a few rows of each run are wanted)."""
+    reads = [query] if since is None and not every_run else [
+        query.where(table.c.run_id == run_id) for run_id in _window_runs(conn, since)]
+    for read in reads:
+        result = conn.execute(read)
+        names = list(result.keys())
+        for rows in result.partitions(_SAMPLE_BATCH):
+            yield names, rows
 
 
 def _window_runs(conn: sa.Connection, since: dt.datetime | None) -> list[str]:
