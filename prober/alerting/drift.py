@@ -426,32 +426,34 @@ def _worst_cell(kind: str, current: Sequence[RunValue], baseline: Sequence[RunVa
 
 
 def night_test(kind: str, target: str, probe: str, metric: str, labels: dict[str, Any],
-               current: Sequence[RunValue], baseline: Sequence[RunValue], describe_below: float = 1.0) -> DriftTest:
+               current: Sequence[RunValue], baseline: Sequence[RunValue], describe_below: float = 1.0,
+               p_values: bool = True) -> DriftTest:
     """The mean of `current` (tonight, or tonight and the previous run) against `baseline`, one-sided
     towards the family's bad direction. The cell that moved most is named when p <= `describe_below`
-    (naming it costs more than the test, and only a detected test's text shows it)."""
-    test = _night_test(kind, target, probe, metric, labels, current, baseline)
+    (naming it costs more than the test, and only a detected test's text shows it). Without
+    `p_values` the test has none (see drift_for_run)."""
+    test = _night_test(kind, target, probe, metric, labels, current, baseline, p_values)
     if test.p_value is None or test.p_value > describe_below:
         return test
     return replace(test, worst_cell=_worst_cell(kind, current, baseline, test.direction))
 
 
 def _night_test(kind: str, target: str, probe: str, metric: str, labels: dict[str, Any],
-                current: Sequence[RunValue], baseline: Sequence[RunValue]) -> DriftTest:
+                current: Sequence[RunValue], baseline: Sequence[RunValue], p_values: bool = True) -> DriftTest:
     m, k = len(current), len(baseline)
     direction = bad_direction(probe, metric)
     cells = max(1, len(current[0].cells))
     if kind == "proportion":
         x, n = sum(v.successes for v in current), sum(v.n for v in current)
         base_x, base_n = [v.successes for v in baseline], [v.n for v in baseline]
-        p = stats.share_night_p(x, n, base_x, base_n, _alternative(direction), nights=m)
+        p = stats.share_night_p(x, n, base_x, base_n, _alternative(direction), nights=m) if p_values else None
         now, before = x / n, sum(base_x) / sum(base_n)
         return DriftTest(kind, target, probe, metric, labels, p, now - before, before, now, n, sum(base_n), k, m,
                          direction=direction, cells=cells)
     floor = (stats.LATENCY_LOG_VARIANCE_FLOOR if kind == "latency"
              else max(v.sampling_variance for v in current))
-    p, _ = stats.night_prediction_p([v.value for v in current], [v.value for v in baseline], floor,
-                                    _alternative(direction))
+    p = stats.night_prediction_p([v.value for v in current], [v.value for v in baseline], floor,
+                                 _alternative(direction))[0] if p_values else None
     now, before = sum(v.value for v in current) / m, sum(v.value for v in baseline) / k
     n_now, n_before = sum(v.n for v in current), sum(v.n for v in baseline)
     if kind == "latency":
@@ -499,7 +501,7 @@ def family_key(target: str, probe: str, metric: str, labels_key_text: str) -> st
 def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, Any]]],
                  baseline: Sequence[dict[Identity, tuple[RunValue, dict[str, Any]]]],
                  config: DriftConfig, limits: BaselineLimits | None = None,
-                 started: Sequence[Any] = ()) -> tuple[list[DriftTest], int]:
+                 started: Sequence[Any] = (), p_values: bool = True) -> tuple[list[DriftTest], int]:
     """Tonight's tests of one target (undecided) and how many families had too few baseline runs.
 
     Arguments are `run_values` of tonight and of the earlier comparable runs, newest first, up to
@@ -507,7 +509,8 @@ def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, 
     test (tonight with the newest) the `baseline_runs` before the newest. A run whose family pooled
     other cells than tonight's (a level flagged, say) does not count for that family. `limits`
     and `started` (when each baseline run started): the runs a family's open drift or an accepted
-    level leave out of its baseline (then more runs than `baseline_runs + 1` may be passed)."""
+    level leave out of its baseline (then more runs than `baseline_runs + 1` may be passed).
+    `p_values`: as drift_for_run's."""
     needed = max(config.min_baseline_runs, FEWEST_BASELINE_RUNS)
     budget = config.false_pages_per_90_nights / 90      # no test is decided at a laxer level
     tests, short = [], 0
@@ -533,9 +536,9 @@ def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, 
         if len(recent) < needed:
             short += 1
             continue
-        tests.append(night_test(kind, target, probe, metric, labels, [value], recent, budget))
+        tests.append(night_test(kind, target, probe, metric, labels, [value], recent, budget, p_values))
         if previous is not None and len(earlier) >= needed:
-            two = night_test(kind, target, probe, metric, labels, [value, previous], earlier, budget)
+            two = night_test(kind, target, probe, metric, labels, [value, previous], earlier, budget, p_values)
             tests.append(replace(two, window_start=started[0]) if started else two)
     return tests, short
 
@@ -605,16 +608,22 @@ def _time(value: Any) -> Any:
 
 
 def drift_for_run(store: Store, run: dict[str, Any], config: DriftConfig,
-                  reads: BaselineReads | None = None) -> DriftOutcome:
+                  reads: BaselineReads | None = None, *, p_values: bool = True) -> DriftOutcome:
     """Every drift test this run supports, decided together. Each suite entry of each completed
     target is tested against its own comparable runs; an entry or metric with fewer comparable
     baseline runs than the tests need is named instead of tested (a reset entry is named by
-    `baseline_resets`, which `reads` lets select the same baselines without reading them again)."""
+    `baseline_resets`, which `reads` lets select the same baselines without reading them again).
+
+    Without `p_values` no test gets a p-value (none is detected): each still gets its level, its
+    minimum effect and its stated power (DriftTest.detectable), which depend on which families are
+    tested, not on their p-values. That is all `prober show` and `prober drift-power` print, and
+    the p-values of a fleet's 4,000 tests (most of them shares) were a fifth of `show`'s time."""
     with collector_paused():     # 150,000 baseline rows for a fleet's year: collections would free nothing
-        return _drift_for_run(store, run, config, reads)
+        return _drift_for_run(store, run, config, reads, p_values)
 
 
-def _drift_for_run(store: Store, run: dict[str, Any], config: DriftConfig, reads: BaselineReads | None) -> DriftOutcome:
+def _drift_for_run(store: Store, run: dict[str, Any], config: DriftConfig, reads: BaselineReads | None,
+                   p_values: bool = True) -> DriftOutcome:
     needed = max(config.min_baseline_runs, FEWEST_BASELINE_RUNS)
     outcome, tests = DriftOutcome(), []
     reads = BaselineReads() if reads is None else reads
@@ -645,7 +654,7 @@ def _drift_for_run(store: Store, run: dict[str, Any], config: DriftConfig, reads
             filed = CellFiling(labels=decoded)
             found, short = target_tests(target, stored_run_values(stored.get((run["id"], entry), []), filed),
                                         [stored_run_values(stored.get((r["id"], entry), []), filed) for r in window],
-                                        config, limits.get(target), [r["started_at"] for r in window])
+                                        config, limits.get(target), [r["started_at"] for r in window], p_values)
             tests += found
             if short:
                 outcome.not_tested.append(f"drift: {target} {entry}: {short} metric(s) seen in fewer than {needed} "

@@ -41,7 +41,7 @@ def show_run(config: ProberConfig, run_id: str, out: Console, err: Console, prob
         entries = store.run_entries(found["id"])
         accepted = [line for name in found.get("targets") or []
                     for line in accept_lines(store, name, found.get("site") or "")]
-        tests = drift_for_run(store, found, config.drift).tests if config.drift.enabled else []
+        tests = drift_for_run(store, found, config.drift, p_values=False).tests if config.drift.enabled else []
     finally:
         store.close()
     chosen = [row for row in rows if _matches(row, probe, wanted)]
