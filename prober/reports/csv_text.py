@@ -16,7 +16,7 @@ import datetime as dt
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -60,8 +60,29 @@ def _text_cells(values: list[str]) -> list[str]:
 
 
 def column_cells(values: Sequence[Any]) -> list[str]:
-    """The cells of one column: `csv_cell` of each value."""
+    """The cells of one column: `csv_cell` of each value. A column of text or timestamps holding
+    few distinct values (a run id, a target, a run's start on each of its metrics) converts each
+    of them once. (Not numbers: 0, 0.0, -0.0 and False are equal keys with different texts.)"""
     kinds = set(map(type, values))
+    keys = values if kinds <= _TEXT else _time_keys(values) if kinds <= _TIMES else None
+    if keys is not None:
+        first = dict(zip(keys, values, strict=True))          # a value of each key
+        if len(first) * 4 <= len(values):
+            cells = dict(zip(first, _converted(list(first.values()), kinds), strict=True))
+            return list(map(cells.__getitem__, keys))
+    return _converted(values, kinds)
+
+
+_TEXT = frozenset({str, _NONE})
+_TIMES = frozenset({dt.datetime, _NONE})
+
+
+def _time_keys(values: Sequence[dt.datetime | None]) -> list[Any]:
+    # equal instants in other time zones are equal datetimes with other texts: the zone is in the key
+    return [None if value is None else (value, value.tzinfo) for value in values]
+
+
+def _converted(values: Sequence[Any], kinds: set[type]) -> list[str]:
     if kinds <= _PLAIN:
         cells = list(map(str, values))
         if _NONE in kinds or float in kinds:        # str(None) and str(nan) are these and only these
@@ -74,11 +95,14 @@ def column_cells(values: Sequence[Any]) -> list[str]:
     return list(map(csv_cell, values))
 
 
-def csv_text(rows: Sequence[Sequence[Any]]) -> str:
-    """These rows (each as long as the first) as CSV lines, as csv.writer.writerows writes them."""
+def csv_text(rows: Sequence[Sequence[Any]],
+             converters: Mapping[int, Callable[[Sequence[Any]], list[str]]] | None = None) -> str:
+    """These rows (each as long as the first) as CSV lines, as csv.writer.writerows writes them.
+    `converters`: by column index, what makes that column's cells instead of `column_cells`."""
     if not rows:
         return ""
-    columns = [column_cells(values) for values in zip(*rows, strict=True)]
+    convert = converters or {}
+    columns = [convert.get(index, column_cells)(values) for index, values in enumerate(zip(*rows, strict=True))]
     if len(columns) == 1:                           # csv.writer quotes a lone empty field: the line is not empty
         columns = [['""' if cell == "" else cell for cell in columns[0]]]
     return "\r\n".join(map(",".join, zip(*columns, strict=True))) + "\r\n"

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from prober.core.extras import require_extra
-from prober.reports.csv_text import csv_text
+from prober.reports.csv_text import csv_cell, csv_text
 from prober.store import Store
 
 TABLE_FORMATS = ("csv", "parquet")
@@ -94,16 +95,35 @@ def _regrouped(batches: Batches, size: int) -> Iterator[tuple[list[str], list[Se
         yield names, group
 
 
-def _stream_csv(batches: Batches, path: Path) -> None:
+def _stream_csv(batches: Batches, path: Path, decoded: Collection[str] = ()) -> None:
     """Batches straight to CSV as they are read (every batch of a table has the same columns): the
-    samples of a week of a fleet never sit in memory at once."""
+    samples of a week of a fleet never sit in memory at once. `decoded`: the columns read as JSON
+    text that are written as their decoded values are (metrics' labels and flags, as sorted JSON)."""
+    memo: dict[str | None, str] = {}
     with path.open("w", newline="", encoding="utf-8") as file:
         header = False
         for names, rows in batches:
             if not header:
                 file.write(csv_text([names]))
                 header = True
-            file.write(csv_text(rows))
+                converters = {index: partial(_decoded_cells, memo=memo) for index, name in enumerate(names)
+                              if name in decoded}
+            file.write(csv_text(rows, converters))
+
+
+# Distinct JSON texts kept decoded and written (a fleet's label sets number hundreds): past this
+# many, the memo starts again, so that a column of distinct texts cannot grow it with the window.
+_MEMO_TEXTS = 10_000
+
+
+def _decoded_cells(texts: Sequence[str | None], memo: dict[str | None, str]) -> list[str]:
+    """The cells of stored JSON texts, as csv_cell writes their decoded values: each distinct text
+    decoded and written once."""
+    if len(memo) > _MEMO_TEXTS:
+        memo.clear()
+    for text in set(texts).difference(memo):
+        memo[text] = csv_cell(None if text is None else json.loads(text))
+    return list(map(memo.__getitem__, texts))
 
 
 def export_tables(store: Store, fmt: str, out_dir: Path, *, since: dt.datetime | None = None,
@@ -115,11 +135,13 @@ def export_tables(store: Store, fmt: str, out_dir: Path, *, since: dt.datetime |
     written = []
     tables: tuple[tuple[str, Callable[[], Batches]], ...] = (
         ("samples", lambda: store.sample_history_batches(since=since, run_id=run_id, target=target, json_text=True)),
-        ("metrics", lambda: store.metric_history_batches(since=since, run_id=run_id, target=target)))
+        ("metrics", lambda: store.metric_history_batches(since=since, run_id=run_id, target=target,
+                                                         json_text=fmt == "csv")))
     for name, read in tables:
         path = out_dir / f"{name}.{fmt}"
         if fmt == "csv":
-            _stream_csv(read(), path)
+            json_names = [column for column, kind in store.history_columns(name).items() if kind == "json"]
+            _stream_csv(read(), path, json_names if name == "metrics" else ())
         else:
             _stream_parquet(read(), store.history_columns(name), path)
         written.append(path.resolve())

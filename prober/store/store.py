@@ -13,6 +13,7 @@ import os
 import socket
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -608,18 +609,22 @@ class Store:
     def metric_history_batches(self, *, since: dt.datetime | None = None, target: str | None = None,
                                suite: str | None = None, name: str | None = None, run_id: str | None = None,
                                statuses: Sequence[str] | None = None, site: str | None = None,
-                               batch: str | None = None, pairs: Mapping[tuple[str, str, str], str] | None = None
-                               ) -> Iterator[tuple[list[str], Sequence[Sequence[Any]]]]:
+                               batch: str | None = None, pairs: Mapping[tuple[str, str, str], str] | None = None,
+                               json_text: bool = False) -> Iterator[tuple[list[str], Sequence[Sequence[Any]]]]:
         """The rows of `iter_metric_history` as (column names, a batch of value rows): a CSV export
-        converts a batch a column at a time, and a dict per row would cost it more than the write."""
+        converts a batch a column at a time, and a dict per row would cost it more than the write.
+        With `json_text`, every JSON cell comes as the text stored, scalars too (an export decodes
+        each distinct label set once, not once per row)."""
         own_status = sa.func.coalesce(run_targets.c.status, runs.c.status)
-        query = (sa.select(metrics, runs.c.suite, runs.c.started_at.label("run_started_at"),
-                           runs.c.finished_at.label("run_finished_at"), own_status.label("run_status"),
-                           runs.c.site.label("run_site"), runs.c.batch.label("run_batch"))
-                 .join(runs, runs.c.id == metrics.c.run_id)
-                 .outerjoin(run_targets, sa.and_(run_targets.c.run_id == metrics.c.run_id,
-                                                 run_targets.c.target == metrics.c.target))
-                 .order_by(runs.c.started_at, runs.c.id, metrics.c.id))
+        columns = [_as_json_text(column) if json_text else column for column in metrics.columns]
+        query: sa.Select[Any] = (
+            sa.select(*columns, runs.c.suite, runs.c.started_at.label("run_started_at"),
+                      runs.c.finished_at.label("run_finished_at"), own_status.label("run_status"),
+                      runs.c.site.label("run_site"), runs.c.batch.label("run_batch"))
+            .join(runs, runs.c.id == metrics.c.run_id)
+            .outerjoin(run_targets, sa.and_(run_targets.c.run_id == metrics.c.run_id,
+                                            run_targets.c.target == metrics.c.target))
+            .order_by(runs.c.started_at, runs.c.id, metrics.c.id))
         query = _placed(_across_runs(query, metrics, since, target, suite, run_id, None), site, batch)
         if statuses is not None:
             query = query.where(own_status.in_(list(statuses)))
@@ -737,32 +742,46 @@ class Store:
                                suite: str | None = None, run_id: str | None = None, json_text: bool = False
                                ) -> Iterator[tuple[list[str], Sequence[Sequence[Any]]]]:
         """The rows of `iter_sample_history` as (column names, a batch of at most _SAMPLE_BATCH value
-        rows), for an export that converts a batch a column at a time."""
+        rows), for an export that converts a batch a column at a time.
+
+        Run by run (the runs first, by their start-time index), and in each run its sample ids first
+        (from the run-and-target index alone), then the rows of a batch of ids: a query ordering a
+        run's rows by id had the database copy and sort every row of the run before the first came
+        out (a third of the read, at 2.5 kB a sample)."""
         columns = [_as_json_text(column) if json_text else column for column in samples.columns]
-        query = (sa.select(*columns, runs.c.suite, runs.c.site.label("run_site"))
-                 .join(runs, runs.c.id == samples.c.run_id)
-                 .order_by(runs.c.started_at, runs.c.id, samples.c.id))
-        query = _across_runs(query, samples, since, target, suite, run_id, None)
+        rows_of = (sa.select(*columns, runs.c.suite, runs.c.site.label("run_site"))
+                   .join(runs, runs.c.id == samples.c.run_id).order_by(samples.c.id))
+        runs_of = _across_runs(sa.select(runs.c.id).order_by(runs.c.started_at, runs.c.id), samples, since, None,
+                               suite, run_id, None)
         with self._engine.connect() as conn:
-            reads = [query] if since is None else [query.where(samples.c.run_id == window_run)
-                                                    for window_run in _window_runs(conn, since)]
-            for read in reads:
-                result = conn.execute(read)
-                names = list(result.keys())
-                texts = [index for index, name in enumerate(names) if json_text and _is_json(samples, name)]
-                for values in result.partitions(_SAMPLE_BATCH):
-                    yield names, [_scalars_decoded(row, texts) for row in values] if texts else values
+            for window_run in list(conn.execute(runs_of).scalars()):
+                ids_of = sa.select(samples.c.id).where(samples.c.run_id == window_run).order_by(samples.c.id)
+                ids = list(conn.execute(ids_of if target is None else ids_of.where(samples.c.target == target))
+                           .scalars())
+                for start in range(0, len(ids), _SAMPLE_BATCH):
+                    result = conn.execute(rows_of.where(samples.c.id.in_(ids[start:start + _SAMPLE_BATCH])))
+                    names = list(result.keys())
+                    texts = [index for index, name in enumerate(names) if json_text and _is_json(samples, name)]
+                    values = result.all()
+                    yield names, _scalars_decoded(values, texts)
 
 
-def _scalars_decoded(row: Sequence[Any], texts: Sequence[int]) -> Sequence[Any]:
-    """The row with the JSON scalars among these columns of JSON text decoded (an object or array
-    stays text): a copy only when it holds one."""
-    scalars = [index for index in texts if row[index] is not None and row[index][:1] not in ("{", "[")]
-    if not scalars:
-        return row
-    decoded = list(row)
-    for index in scalars:
-        decoded[index] = json.loads(decoded[index])
+def _scalars_decoded(rows: Sequence[Sequence[Any]], texts: Sequence[int]) -> Sequence[Sequence[Any]]:
+    """The rows with the JSON scalars among these columns of JSON text decoded (an object or array
+    stays text). A column is looked at whole first, at C speed (the first characters of its texts):
+    only the rows of a column that holds a scalar are copied."""
+    scalar_columns = [index for index in texts
+                      if not set(map(itemgetter(0), filter(None, map(itemgetter(index), rows)))) <= {"{", "["}]
+    if not scalar_columns:
+        return rows
+    decoded = []
+    for row in rows:
+        scalars = [index for index in scalar_columns if row[index] and row[index][:1] not in ("{", "[")]
+        if scalars:
+            row = list(row)
+            for index in scalars:
+                row[index] = json.loads(row[index])
+        decoded.append(row)
     return decoded
 
 

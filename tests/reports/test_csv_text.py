@@ -74,3 +74,22 @@ def test_random_tables_match_csv_writer() -> None:
 @pytest.mark.unit
 def test_no_rows_no_text() -> None:
     assert csv_text([]) == ""
+
+
+@pytest.mark.unit
+def test_columns_of_few_distinct_values_convert_each_once_and_stay_exact() -> None:
+    # a column repeating a few values takes the path that converts each distinct value once; equal
+    # instants in other zones (equal datetimes, other texts) and 0 / 0.0 / -0.0 / False stay apart
+    utc = dt.datetime(2026, 1, 2, 3, tzinfo=dt.UTC)
+    zones = [utc, utc.astimezone(dt.timezone(dt.timedelta(hours=2))), utc.replace(microsecond=5), None]
+    chooser = random.Random(5)
+    for pool in (zones, HOSTILE[:6] + [None], [0, 0.0, -0.0, False, None], [True, 1, 1.0]):
+        column = [chooser.choice(pool) for _ in range(60)]
+        rows = [[value, index] for index, value in enumerate(column)]
+        assert csv_text(rows) == _reference(rows), pool
+
+
+@pytest.mark.unit
+def test_a_converter_makes_its_column() -> None:
+    rows = [["a", {"k": 1}], ["b", None]]
+    assert csv_text(rows, {1: lambda values: ["x" for _ in values]}) == "a,x\r\nb,x\r\n"
