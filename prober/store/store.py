@@ -617,15 +617,19 @@ class Store:
         each distinct label set once, not once per row)."""
         own_status = sa.func.coalesce(run_targets.c.status, runs.c.status)
         columns = [_as_json_text(column) if json_text else column for column in metrics.columns]
-        query: sa.Select[Any] = (
-            sa.select(*columns, runs.c.suite, runs.c.started_at.label("run_started_at"),
-                      runs.c.finished_at.label("run_finished_at"), own_status.label("run_status"),
-                      runs.c.site.label("run_site"), runs.c.batch.label("run_batch"))
-            .join(runs, runs.c.id == metrics.c.run_id)
-            .outerjoin(run_targets, sa.and_(run_targets.c.run_id == metrics.c.run_id,
-                                            run_targets.c.target == metrics.c.target))
-            .order_by(runs.c.started_at, runs.c.id, metrics.c.id))
-        query = _placed(_across_runs(query, metrics, since, target, suite, run_id, None), site, batch)
+        # A run's own columns are read once with the run and added to each of its rows: read with
+        # every row they were two timestamps per metric for the database driver to parse.
+        runs_of = _placed(_across_runs(sa.select(runs.c.id, runs.c.suite, runs.c.started_at, runs.c.finished_at,
+                                                 runs.c.site, runs.c.batch)
+                                       .order_by(runs.c.started_at, runs.c.id), metrics, since, None, suite, run_id,
+                                       None), site, batch)
+        query = (sa.select(*columns, own_status.label("run_status"))
+                 .join(runs, runs.c.id == metrics.c.run_id)
+                 .outerjoin(run_targets, sa.and_(run_targets.c.run_id == metrics.c.run_id,
+                                                 run_targets.c.target == metrics.c.target))
+                 .order_by(metrics.c.id))
+        if target is not None:
+            query = query.where(metrics.c.target == target)
         if statuses is not None:
             query = query.where(own_status.in_(list(statuses)))
         if name is not None:
@@ -633,11 +637,21 @@ class Store:
         if pairs is not None:
             if not pairs:
                 return
+            runs_of = runs_of.where(runs.c.id.in_(sorted(set(pairs.values()))))
             query = query.where(sa.or_(*(sa.and_(metrics.c.run_id == run, metrics.c.target == target_name)
                                          for (target_name, _, _), run in pairs.items())))
+        names = [column.name for column in metrics.columns]
+        names += ["suite", "run_started_at", "run_finished_at", "run_status", "run_site", "run_batch"]
+        width = len(metrics.columns)
         with self._engine.connect() as conn:
-            # One metric's rows, run by run (through the run-and-name index), even over all history.
-            yield from _window_batches(conn, query, metrics, since, every_run=name is not None)
+            # Run by run, each read an index lookup (by run and target, or run and name): one query
+            # joining the window to metrics leaves the plan to the database, and PostgreSQL scans the
+            # whole table whenever it guesses the window holds a tenth of it.
+            for run, run_suite, started, finished, run_site, run_batch in conn.execute(runs_of).all():
+                result = conn.execute(query.where(metrics.c.run_id == run))
+                for rows in result.partitions(_SAMPLE_BATCH):
+                    yield names, [(*row[:width], run_suite, started, finished, row[width], run_site, run_batch)
+                                  for row in rows]
 
     def metric_runs(self, *, since: dt.datetime | None = None, target: str | None = None,
                     suite: str | None = None, site: str | None = None,
@@ -756,8 +770,9 @@ class Store:
         with self._engine.connect() as conn:
             for window_run in list(conn.execute(runs_of).scalars()):
                 ids_of = sa.select(samples.c.id).where(samples.c.run_id == window_run).order_by(samples.c.id)
-                ids = list(conn.execute(ids_of if target is None else ids_of.where(samples.c.target == target))
-                           .scalars())
+                if target is not None:
+                    ids_of = ids_of.where(samples.c.target == target)
+                ids = conn.execute(ids_of).scalars().all()
                 for start in range(0, len(ids), _SAMPLE_BATCH):
                     result = conn.execute(rows_of.where(samples.c.id.in_(ids[start:start + _SAMPLE_BATCH])))
                     names = list(result.keys())
@@ -822,31 +837,6 @@ def _json_decoded(names: Sequence[str], rows: Iterable[Sequence[Any]], table: sa
                 value = decoded[text]
                 row[names[index]] = value if shared or not isinstance(value, (dict, list)) else value.copy()
         yield row
-
-
-def _window_batches(conn: sa.Connection, query: sa.Select[Any], table: sa.Table, since: dt.datetime | None,
-                    every_run: bool = False) -> Iterator[tuple[list[str], Sequence[Sequence[Any]]]]:
-    """The rows of `query` (ordered by run start, run id, then row) as (column names, a batch of at
-    most _SAMPLE_BATCH value rows). With `since`: the window's runs first (index on start time),
-    then each run's rows by run id. One query joining the window to the table leaves the plan to
-    the database, and PostgreSQL scans the whole table whenever it guesses the window holds a tenth
-    of it; run by run, every read is an index lookup. `every_run`: run by run over all history too
-    (a few rows of each run are wanted)."""
-    reads = [query] if since is None and not every_run else [
-        query.where(table.c.run_id == run_id) for run_id in _window_runs(conn, since)]
-    for read in reads:
-        result = conn.execute(read)
-        names = list(result.keys())
-        for rows in result.partitions(_SAMPLE_BATCH):
-            yield names, rows
-
-
-def _window_runs(conn: sa.Connection, since: dt.datetime | None) -> list[str]:
-    """The ids of the runs started at or after `since` (all when None), oldest first."""
-    window = sa.select(runs.c.id).order_by(runs.c.started_at, runs.c.id)
-    if since is not None:
-        window = window.where(runs.c.started_at >= since)
-    return list(conn.execute(window).scalars())
 
 
 def _across_runs(query: sa.Select[Any], table: sa.Table, since: dt.datetime | None, target: str | None,
