@@ -65,7 +65,9 @@ def column_cells(values: Sequence[Any]) -> list[str]:
     of them once. (Not numbers: 0, 0.0, -0.0 and False are equal keys with different texts.)"""
     kinds = set(map(type, values))
     keys = values if kinds <= _TEXT else _time_keys(values) if kinds <= _TIMES else None
-    if keys is not None:
+    # judged on the column's first values: hashing a column of distinct request bodies to find
+    # that out would cost more than converting it
+    if keys is not None and len(set(keys[:_SAMPLE])) * 4 <= min(len(keys), _SAMPLE):
         first = dict(zip(keys, values, strict=True))          # a value of each key
         if len(first) * 4 <= len(values):
             cells = dict(zip(first, _converted(list(first.values()), kinds), strict=True))
@@ -74,6 +76,7 @@ def column_cells(values: Sequence[Any]) -> list[str]:
 
 
 _TEXT = frozenset({str, _NONE})
+_SAMPLE = 32
 _TIMES = frozenset({dt.datetime, _NONE})
 
 
