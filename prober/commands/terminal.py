@@ -25,6 +25,15 @@ def inert(value: Any) -> str:
     return escape_controls(redact_text(str(value)))
 
 
+def print_inert(console: Console, lines: Sequence[Any]) -> None:
+    """Stored or endpoint-supplied lines, each whole however long, made `inert` and written as they
+    are (console.out: no markup to parse, no wrapping or highlighting): `print(shown(line),
+    soft_wrap=True)` without rich's per-line markup and layout work (a fleet's `prober show`
+    prints hundreds)."""
+    if lines:
+        console.out("\n".join(inert(line) for line in lines), highlight=False)
+
+
 def shown(value: Any) -> str:
     """Stored or endpoint-supplied text for rich (a table cell or a line): `inert`, and rich markup
     inert too."""
