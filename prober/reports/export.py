@@ -58,13 +58,15 @@ def _json_text(value: Any) -> Any:
     return json.dumps(value, sort_keys=True)
 
 
-def _stream_parquet(batches: Batches, kinds: dict[str, str], path: Path) -> None:
-    """Batches to Parquet a row group at a time: memory holds one group, not the window."""
+def _stream_parquet(batches: Batches, kinds: dict[str, str], path: Path, decoded: Collection[str] = ()) -> None:
+    """Batches to Parquet a row group at a time: memory holds one group, not the window.
+    `decoded`: as _stream_csv's."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = _arrow_schema(kinds)
     json_names = {name for name, kind in kinds.items() if kind == "json"}
+    memo: dict[str | None, Any] = {}
 
     def write(writer: Any, names: list[str], group: list[Sequence[Any]]) -> None:
         # column by column: a list per column and one pyarrow conversion each, not a call per cell
@@ -72,7 +74,9 @@ def _stream_parquet(batches: Batches, kinds: dict[str, str], path: Path) -> None
         arrays = []
         for field in schema:
             values = columns.get(field.name, [None] * len(group))
-            if field.name in json_names:
+            if field.name in decoded:
+                values = _each_distinct(values, memo, _parquet_json)
+            elif field.name in json_names and not set(map(type, values)) <= {str, type(None)}:
                 values = [value if value is None or isinstance(value, str) else _json_text(value) for value in values]
             arrays.append(pa.array(values, type=field.type))
         writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
@@ -99,15 +103,15 @@ def _stream_csv(batches: Batches, path: Path, decoded: Collection[str] = ()) -> 
     """Batches straight to CSV as they are read (every batch of a table has the same columns): the
     samples of a week of a fleet never sit in memory at once. `decoded`: the columns read as JSON
     text that are written as their decoded values are (metrics' labels and flags, as sorted JSON)."""
-    memo: dict[str | None, str] = {}
+    memo: dict[str | None, Any] = {}
     with path.open("w", newline="", encoding="utf-8") as file:
         header = False
         for names, rows in batches:
             if not header:
                 file.write(csv_text([names]))
                 header = True
-                converters = {index: partial(_decoded_cells, memo=memo) for index, name in enumerate(names)
-                              if name in decoded}
+                converters = {index: partial(_each_distinct, memo=memo, convert=_csv_json)
+                              for index, name in enumerate(names) if name in decoded}
             file.write(csv_text(rows, converters))
 
 
@@ -116,14 +120,24 @@ def _stream_csv(batches: Batches, path: Path, decoded: Collection[str] = ()) -> 
 _MEMO_TEXTS = 10_000
 
 
-def _decoded_cells(texts: Sequence[str | None], memo: dict[str | None, str]) -> list[str]:
-    """The cells of stored JSON texts, as csv_cell writes their decoded values: each distinct text
-    decoded and written once."""
+def _each_distinct(texts: Sequence[str | None], memo: dict[str | None, Any],
+                   convert: Callable[[str | None], Any]) -> list[Any]:
+    """`convert` of each text, each distinct text converted once (memo keeps them)."""
     if len(memo) > _MEMO_TEXTS:
         memo.clear()
     for text in set(texts).difference(memo):
-        memo[text] = csv_cell(None if text is None else json.loads(text))
+        memo[text] = convert(text)
     return list(map(memo.__getitem__, texts))
+
+
+def _csv_json(text: str | None) -> str:
+    """Stored JSON text as the CSV cell of its decoded value."""
+    return csv_cell(None if text is None else json.loads(text))
+
+
+def _parquet_json(text: str | None) -> Any:
+    """Stored JSON text as Parquet's JSON cell of its decoded value (_json_text)."""
+    return None if text is None else _json_text(json.loads(text))
 
 
 def export_tables(store: Store, fmt: str, out_dir: Path, *, since: dt.datetime | None = None,
@@ -136,13 +150,15 @@ def export_tables(store: Store, fmt: str, out_dir: Path, *, since: dt.datetime |
     tables: tuple[tuple[str, Callable[[], Batches]], ...] = (
         ("samples", lambda: store.sample_history_batches(since=since, run_id=run_id, target=target, json_text=True)),
         ("metrics", lambda: store.metric_history_batches(since=since, run_id=run_id, target=target,
-                                                         json_text=fmt == "csv")))
+                                                         json_text=True)))
     for name, read in tables:
         path = out_dir / f"{name}.{fmt}"
+        # the metrics' JSON is read as the stored text (samples': objects and arrays only)
+        kinds = store.history_columns(name)
+        decoded = [column for column, kind in kinds.items() if kind == "json"] if name == "metrics" else []
         if fmt == "csv":
-            json_names = [column for column, kind in store.history_columns(name).items() if kind == "json"]
-            _stream_csv(read(), path, json_names if name == "metrics" else ())
+            _stream_csv(read(), path, decoded)
         else:
-            _stream_parquet(read(), store.history_columns(name), path)
+            _stream_parquet(read(), kinds, path, decoded)
         written.append(path.resolve())
     return written
