@@ -74,6 +74,7 @@ def print_metrics(console: Console, metrics: Sequence[Any], title: str) -> None:
     groups: dict[tuple[str, str], list[Any]] = {}
     for m in metrics:
         groups.setdefault((m.target, m.probe), []).append(m)
+    tables = []
     for (target_name, probe_name), rows in groups.items():
         order = {name: i for i, name in enumerate(dict.fromkeys(m.name for m in rows))}
 
@@ -87,9 +88,10 @@ def print_metrics(console: Console, metrics: Sequence[Any], title: str) -> None:
             value = fmt(m.value) + (f" {FLAG_MARKER}" if m.flags else "")
             cells.append((inert(labels), inert(m.name), value, interval_text(m.ci_low, m.ci_high, m.flags),
                           "" if m.n is None else str(m.n), inert(m.unit or "")))
-        # written as it is (console.out: no markup, wrapping or highlighting): the cells are inert
-        console.out(render_table(_METRIC_COLUMNS, cells, console.width, f"{inert(target_name)} / {inert(probe_name)}"),
-                    highlight=False)
+        title = f"{inert(target_name)} / {inert(probe_name)}"
+        tables.append(render_table(_METRIC_COLUMNS, cells, console.width, title))
+    if tables:      # written as they are (console.out: no markup, wrapping or highlighting): the cells are inert
+        console.out("\n".join(tables), highlight=False)
     flags = sorted({flag for m in metrics for flag in m.flags or []})
     for flag in flags:
         console.print(escape(f"{FLAG_MARKER} {flag}: {FLAG_NOTES.get(flag, 'never judged by an SLO or a drift test')}"))

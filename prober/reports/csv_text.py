@@ -23,6 +23,7 @@ from typing import Any
 # A spreadsheet runs a cell starting with one of these as a formula (a tab or CR before one too).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _NEEDS_QUOTES = re.compile('[,"\r\n]').search
+_QUOTE, _TWO_QUOTES = '"', '""'
 _NONE = type(None)
 # Types whose str() never holds a character that needs quoting and is never guarded as a formula
 # (a number's leading minus is a number's: spreadsheet_safe leaves non-text alone).
@@ -38,7 +39,7 @@ def spreadsheet_safe(value: Any) -> Any:
 
 
 def _quoted(text: str) -> str:
-    return '"' + text.replace('"', '""') + '"' if _NEEDS_QUOTES(text) else text
+    return f'"{text.replace(_QUOTE, _TWO_QUOTES)}"' if _NEEDS_QUOTES(text) else text
 
 
 def csv_cell(value: Any) -> str:
@@ -56,7 +57,8 @@ def _text_cells(values: list[str]) -> list[str]:
     marks = list(map(_NEEDS_QUOTES, values))
     if not any(marks):
         return values
-    return ['"' + value.replace('"', '""') + '"' if mark else value for value, mark in zip(values, marks, strict=True)]
+    return [f'"{value.replace(_QUOTE, _TWO_QUOTES)}"' if mark else value
+            for value, mark in zip(values, marks, strict=True)]
 
 
 def column_cells(values: Sequence[Any]) -> list[str]:
@@ -88,7 +90,8 @@ def _time_keys(values: Sequence[dt.datetime | None]) -> list[Any]:
 def _converted(values: Sequence[Any], kinds: set[type]) -> list[str]:
     if kinds <= _PLAIN:
         cells = list(map(str, values))
-        if _NONE in kinds or float in kinds:        # str(None) and str(nan) are these and only these
+        # str(None) and str(nan) are these and only these (looked for at C speed first)
+        if _NONE in kinds or (float in kinds and "nan" in cells):
             cells = ["" if cell in ("None", "nan") else cell for cell in cells]
         return cells
     if kinds == {str}:
