@@ -478,32 +478,36 @@ def _worst_cell(kind: str, current: Sequence[RunValue], baseline: Sequence[RunVa
 
 
 def night_test(kind: str, target: str, probe: str, metric: str, labels: dict[str, Any],
-               current: Sequence[RunValue], baseline: Sequence[RunValue], describe_below: float = 1.0) -> DriftTest:
+               current: Sequence[RunValue], baseline: Sequence[RunValue], describe_below: float = 1.0,
+               p_values: bool = True) -> DriftTest:
     """The mean of `current` (tonight, or tonight and the previous run) against `baseline`, one-sided
     towards the family's bad direction. The cell that moved most is named when p <= `describe_below`
-    (naming it costs more than the test, and only a detected test's text shows it)."""
-    test = _night_test(kind, target, probe, metric, labels, current, baseline)
+    (naming it costs more than the test, and only a detected test's text shows it). Without
+    `p_values` the test has none (see drift_for_run)."""
+    test = _night_test(kind, target, probe, metric, labels, current, baseline, p_values)
     if test.p_value is None or test.p_value > describe_below:
         return test
     return replace(test, worst_cell=_worst_cell(kind, current, baseline, test.direction))
 
 
 def _night_test(kind: str, target: str, probe: str, metric: str, labels: dict[str, Any],
-                current: Sequence[RunValue], baseline: Sequence[RunValue]) -> DriftTest:
+                current: Sequence[RunValue], baseline: Sequence[RunValue], p_values: bool = True) -> DriftTest:
     m, k = len(current), len(baseline)
     direction = bad_direction(probe, metric)
     cells = max(1, len(current[0].cells))
     if kind == "proportion":
         x, n = sum(v.successes for v in current), sum(v.n for v in current)
         base_x, base_n = [v.successes for v in baseline], [v.n for v in baseline]
-        p = stats.share_night_p(x, n, base_x, base_n, _alternative(direction), nights=m, serial=True)
+        p = (stats.share_night_p(x, n, base_x, base_n, _alternative(direction), nights=m, serial=True)
+             if p_values else None)
         now, before = x / n, sum(base_x) / sum(base_n)
         return DriftTest(kind, target, probe, metric, labels, p, now - before, before, now, n, sum(base_n), k, m,
                          direction=direction, cells=cells)
     floor = (stats.LATENCY_LOG_VARIANCE_FLOOR if kind == "latency"
              else max(v.sampling_variance for v in current))
     values = [v.value for v in baseline]
-    p, _ = stats.night_prediction_p([v.value for v in current], values, floor, _alternative(direction), serial=True)
+    p = (stats.night_prediction_p([v.value for v in current], values, floor, _alternative(direction), serial=True)[0]
+         if p_values else None)
     now, before = sum(v.value for v in current) / m, sum(values) / k
     n_now, n_before = sum(v.n for v in current), sum(v.n for v in baseline)
     if kind == "latency":
@@ -582,7 +586,7 @@ def family_key(target: str, probe: str, metric: str, labels_key_text: str) -> st
 def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, Any]]],
                  baseline: Sequence[dict[Identity, tuple[RunValue, dict[str, Any]]]],
                  config: DriftConfig, limits: BaselineLimits | None = None,
-                 started: Sequence[Any] = ()) -> tuple[list[DriftTest], int]:
+                 started: Sequence[Any] = (), p_values: bool = True) -> tuple[list[DriftTest], int]:
     """Tonight's tests of one target (undecided) and how many families had too few baseline runs.
 
     Arguments are `run_values` of tonight and of the earlier comparable runs, newest first, up to
@@ -590,7 +594,8 @@ def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, 
     test (tonight with the newest) the `baseline_runs` before the newest. A run whose family pooled
     other cells than tonight's (a level flagged, say) does not count for that family. `limits`
     and `started` (when each baseline run started): the runs a family's open drift or an accepted
-    level leave out of its baseline (then more runs than `baseline_runs + 1` may be passed)."""
+    level leave out of its baseline (then more runs than `baseline_runs + 1` may be passed).
+    `p_values`: as drift_for_run's."""
     needed = max(config.min_baseline_runs, FEWEST_BASELINE_RUNS)
     budget = config.false_pages_per_90_nights / 90      # no test is decided at a laxer level
     tests, short = [], 0
@@ -616,9 +621,9 @@ def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, 
         if len(recent) < needed:
             short += 1
             continue
-        tests.append(night_test(kind, target, probe, metric, labels, [value], recent, budget))
+        tests.append(night_test(kind, target, probe, metric, labels, [value], recent, budget, p_values))
         if previous is not None and len(earlier) >= needed:
-            two = night_test(kind, target, probe, metric, labels, [value, previous], earlier, budget)
+            two = night_test(kind, target, probe, metric, labels, [value, previous], earlier, budget, p_values)
             if two.p_value is not None and two.p_value <= budget:
                 # only a window near a level needs its nights judged one by one
                 each = [_night_test(kind, target, probe, metric, labels, [night], earlier).p_value
@@ -628,6 +633,8 @@ def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, 
         if allowed is None and kind in ("latency", "proportion"):
             series = [value, *(h for h in history[:config.baseline_runs - 1] if h is not None)]
             trend = trend_test(kind, target, probe, metric, labels, series)
+            if trend is not None and not p_values:
+                trend = replace(trend, p_value=None)
             if trend is not None:
                 tests.append(replace(trend, window_start=started[0]) if started else trend)
     return tests, short
@@ -698,16 +705,22 @@ def _time(value: Any) -> Any:
 
 
 def drift_for_run(store: Store, run: dict[str, Any], config: DriftConfig,
-                  reads: BaselineReads | None = None) -> DriftOutcome:
+                  reads: BaselineReads | None = None, *, p_values: bool = True) -> DriftOutcome:
     """Every drift test this run supports, decided together. Each suite entry of each completed
     target is tested against its own comparable runs; an entry or metric with fewer comparable
     baseline runs than the tests need is named instead of tested (a reset entry is named by
-    `baseline_resets`, which `reads` lets select the same baselines without reading them again)."""
+    `baseline_resets`, which `reads` lets select the same baselines without reading them again).
+
+    Without `p_values` no test gets a p-value (none is detected): each still gets its level, its
+    minimum effect and its stated power (DriftTest.detectable), which depend on which families are
+    tested, not on their p-values. That is all `prober show` and `prober drift-power` print, and
+    the p-values of a fleet's 4,000 tests (most of them shares) were a fifth of `show`'s time."""
     with collector_paused():     # 150,000 baseline rows for a fleet's year: collections would free nothing
-        return _drift_for_run(store, run, config, reads)
+        return _drift_for_run(store, run, config, reads, p_values)
 
 
-def _drift_for_run(store: Store, run: dict[str, Any], config: DriftConfig, reads: BaselineReads | None) -> DriftOutcome:
+def _drift_for_run(store: Store, run: dict[str, Any], config: DriftConfig, reads: BaselineReads | None,
+                   p_values: bool = True) -> DriftOutcome:
     needed = max(config.min_baseline_runs, FEWEST_BASELINE_RUNS)
     outcome, tests = DriftOutcome(), []
     reads = BaselineReads() if reads is None else reads
@@ -738,7 +751,7 @@ def _drift_for_run(store: Store, run: dict[str, Any], config: DriftConfig, reads
             filed = CellFiling(labels=decoded)
             found, short = target_tests(target, stored_run_values(stored.get((run["id"], entry), []), filed),
                                         [stored_run_values(stored.get((r["id"], entry), []), filed) for r in window],
-                                        config, limits.get(target), [r["started_at"] for r in window])
+                                        config, limits.get(target), [r["started_at"] for r in window], p_values)
             tests += found
             if short:
                 outcome.not_tested.append(f"drift: {target} {entry}: {short} metric(s) seen in fewer than {needed} "

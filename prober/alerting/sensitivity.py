@@ -11,8 +11,10 @@ from prober.alerting.drift import DETECTION_POWER, DriftTest
 def power_lines(tests: Sequence[DriftTest], target: str) -> list[str]:
     """One line per latency family of `target` with a stated detectable shift."""
     lines = []
-    for test in sorted(tests, key=lambda t: (t.probe, t.metric, t.key)):
-        if test.target != target or test.detectable is None or not test.night_variance:
+    # filtered before sorting: `prober show` asks for each of a fleet's targets in turn, and a
+    # test's key is built anew each time it is read
+    for test in sorted((t for t in tests if t.target == target), key=lambda t: (t.probe, t.metric, t.key)):
+        if test.detectable is None or not test.night_variance:
             continue
         where = ", ".join(f"{k}={v}" for k, v in sorted(test.labels.items()))
         varies = test.night_variance ** 0.5

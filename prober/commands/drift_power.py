@@ -28,7 +28,7 @@ def drift_power_command(config: ProberConfig, out: Console, err: Console, target
         if run_id is None or run is None:
             raise ConfigError(f"--target {target!r}: no complete run of suite {suite!r} from site {site!r} "
                               "in the store")
-        outcome = drift_for_run(store, run, config.drift)
+        outcome = drift_for_run(store, run, config.drift, p_values=False)
     finally:
         store.close()
     lines = power_lines(outcome.tests, target) or [

@@ -13,7 +13,7 @@ from prober.alerting.drift import drift_for_run
 from prober.alerting.sensitivity import power_lines
 from prober.alerting.slo_rules import RuleState, rule_state_lines, rule_states
 from prober.commands.store_access import require_run
-from prober.commands.terminal import print_metrics, shown
+from prober.commands.terminal import print_inert, print_metrics
 from prober.core.config import ProberConfig
 from prober.core.errors import ConfigError
 from prober.core.findings import FINDING_CODES
@@ -41,7 +41,7 @@ def show_run(config: ProberConfig, run_id: str, out: Console, err: Console, prob
         entries = store.run_entries(found["id"])
         accepted = [line for name in found.get("targets") or []
                     for line in accept_lines(store, name, found.get("site") or "")]
-        tests = drift_for_run(store, found, config.drift).tests if config.drift.enabled else []
+        tests = drift_for_run(store, found, config.drift, p_values=False).tests if config.drift.enabled else []
     finally:
         store.close()
     chosen = [row for row in rows if _matches(row, probe, wanted)]
@@ -56,19 +56,14 @@ def show_run(config: ProberConfig, run_id: str, out: Console, err: Console, prob
         return
     metrics = [Metric(**{k: r[k] for k in ("run_id", "target", "probe", "name", "value", "labels", "ci_low",
                                            "ci_high", "n", "unit", "flags")}) for r in chosen]
-    for line in provenance_lines(found, entries):
-        out.print(shown(line), soft_wrap=True)
+    print_inert(out, provenance_lines(found, entries))
     shown_count = "" if len(chosen) == len(rows) else f", {len(chosen)} of {len(rows)} metrics"
     print_metrics(out, metrics, title=f"run {found['id']}: {found['suite']} ({found['status']}){shown_count}")
-    for line in rule_state_lines(found, entries, rows, config.slo):   # every rule, filtered or not
-        out.print(shown(line), soft_wrap=True)
-    for line in accepted:
-        out.print(shown(line), soft_wrap=True)
-    for target_name in found.get("targets") or []:
-        for line in power_lines(tests, target_name):
-            out.print(shown(f"sensitivity: {target_name} {line}"), soft_wrap=True)
-    for line in known_lines(config, found.get("targets") or []):
-        out.print(shown(line), soft_wrap=True)
+    print_inert(out, rule_state_lines(found, entries, rows, config.slo))   # every rule, filtered or not
+    print_inert(out, accepted)
+    print_inert(out, [f"sensitivity: {target_name} {line}" for target_name in found.get("targets") or []
+                      for line in power_lines(tests, target_name)])
+    print_inert(out, known_lines(config, found.get("targets") or []))
 
 
 def known_lines(config: ProberConfig, target_names: Sequence[str]) -> list[str]:

@@ -9,6 +9,8 @@ ESC becomes the four characters `\\x1b`, a right-to-left override `\\u202e`.
 
 from __future__ import annotations
 
+import re
+
 # C0 and C1 controls and DEL, plus the bidirectional overrides and isolates that reorder what a
 # terminal or editor shows ("Trojan Source"). Other format characters (the zero-width joiner in
 # emoji) are harmless and kept.
@@ -21,6 +23,9 @@ def _escape(code: int) -> str:
 
 
 _TABLE = {code: _escape(code) for code in _CONTROLS}
+# Whether a text holds any: one C-speed search, where translate looks each character up in a dict
+# (a fleet's `prober show` escapes 13,000 cells, nearly all of them clean).
+_ANY_CONTROL = re.compile("[" + "".join(re.escape(chr(code)) for code in _CONTROLS) + "]").search
 _TABLES: dict[str, dict[int, str]] = {"": _TABLE}
 
 
@@ -28,6 +33,8 @@ def escape_controls(text: str, keep: str = "") -> str:
     """`text` with every control character written as an escape, except those in `keep`: "\\n\\t"
     for a fenced block of model output, "\\n" where the format has its own newline escape; by
     default none, for a table cell that must stay one line."""
+    if _ANY_CONTROL(text) is None:
+        return text
     table = _TABLES.get(keep)
     if table is None:
         table = _TABLES[keep] = {code: text for code, text in _TABLE.items() if chr(code) not in keep}

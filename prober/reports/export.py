@@ -1,7 +1,8 @@
 """`prober export --format csv|parquet`: samples and metrics as tables for pandas, spreadsheets and
 warehouses. One file each: samples.<ext> and metrics.<ext>, with the run's suite on every row.
-Written without pandas, which the core install leaves out: CSV by the csv module, Parquet by
-pyarrow (the parquet extra). Both stream: rows are read a run at a time and written as they come
+Written without pandas, which the core install leaves out: CSV by prober/reports/csv_text.py (the
+bytes csv.writer writes, a column at a time), Parquet by pyarrow (the parquet extra). Both stream:
+rows are read a run at a time, in batches of value rows (no dict per row), and written as they come
 (Parquet in row groups of PARQUET_BATCH_ROWS, its schema fixed from the store's column kinds), so
 memory holds a batch whatever the window (a month of a fleet's samples is gigabytes as objects).
 
@@ -20,33 +21,20 @@ text exactly as stored.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import json
-import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from prober.core.extras import require_extra
+from prober.reports.csv_text import csv_cell, csv_text
 from prober.store import Store
 
 TABLE_FORMATS = ("csv", "parquet")
-_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-
-
-def spreadsheet_safe(value: Any) -> Any:
-    """A CSV cell a spreadsheet shows as text, never runs as a formula."""
-    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
-        return "'" + value
-    return value
-
-
-def _csv_cell(value: Any) -> Any:
-    # An empty cell for both None and NaN, as pandas writes and reads them.
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    return spreadsheet_safe(value)
+# (column names, a batch of value rows in that order): what the store's *_history_batches yield.
+Batches = Iterable[tuple[list[str], Sequence[Sequence[Any]]]]
 
 
 # Rows per Parquet row group: a few MB of samples in memory at a time, however long the window.
@@ -70,63 +58,86 @@ def _json_text(value: Any) -> Any:
     return json.dumps(value, sort_keys=True)
 
 
-def _stream_parquet(rows: Iterable[dict[str, Any]], kinds: dict[str, str], path: Path) -> None:
-    """Rows to Parquet a row group at a time: memory holds one batch, not the window."""
+def _stream_parquet(batches: Batches, kinds: dict[str, str], path: Path, decoded: Collection[str] = ()) -> None:
+    """Batches to Parquet a row group at a time: memory holds one group, not the window.
+    `decoded`: as _stream_csv's."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = _arrow_schema(kinds)
     json_names = {name for name, kind in kinds.items() if kind == "json"}
+    memo: dict[str | None, Any] = {}
 
-    def write(writer: Any, batch: list[dict[str, Any]]) -> None:
+    def write(writer: Any, names: list[str], group: list[Sequence[Any]]) -> None:
         # column by column: a list per column and one pyarrow conversion each, not a call per cell
+        columns = dict(zip(names, map(list, zip(*group, strict=True)), strict=True))
         arrays = []
         for field in schema:
-            values = [row.get(field.name) for row in batch]
-            if field.name in json_names:
+            values = columns.get(field.name, [None] * len(group))
+            if field.name in decoded:
+                values = _each_distinct(values, memo, _parquet_json)
+            elif field.name in json_names and not set(map(type, values)) <= {str, type(None)}:
                 values = [value if value is None or isinstance(value, str) else _json_text(value) for value in values]
             arrays.append(pa.array(values, type=field.type))
         writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
 
     with pq.ParquetWriter(path, schema) as writer:
-        batch: list[dict[str, Any]] = []
-        for row in rows:
-            batch.append(row)
-            if len(batch) >= PARQUET_BATCH_ROWS:
-                write(writer, batch)
-                batch = []
-        if batch:
-            write(writer, batch)
+        for names, group in _regrouped(batches, PARQUET_BATCH_ROWS):
+            write(writer, names, group)
 
 
-def _csv_row(row: dict[str, Any], names: list[str]) -> list[Any]:
-    """_csv_cell of each value (a dict or list as JSON text), without a call per plain cell: a week
-    of a fleet's samples is two million cells."""
-    cells: list[Any] = []
-    for name in names:
-        value = row.get(name)
-        if value is None:
-            cells.append("")
-        elif isinstance(value, str):
-            cells.append(spreadsheet_safe(value))
-        elif isinstance(value, (dict, list)):
-            cells.append(_csv_cell(json.dumps(value, sort_keys=True)))
-        else:
-            cells.append(_csv_cell(value))
-    return cells
+def _regrouped(batches: Batches, size: int) -> Iterator[tuple[list[str], list[Sequence[Any]]]]:
+    """The rows of `batches` in groups of `size` (the last smaller), whatever size the store's were."""
+    group: list[Sequence[Any]] = []
+    names: list[str] = []
+    for names, rows in batches:
+        group.extend(rows)
+        while len(group) >= size:
+            yield names, group[:size]
+            group = group[size:]
+    if group:
+        yield names, group
 
 
-def _stream_csv(rows: Iterable[dict[str, Any]], path: Path) -> None:
-    """Rows straight to CSV as they are read (every row of a table has the same keys): the samples
-    of a week of a fleet never sit in memory at once."""
+def _stream_csv(batches: Batches, path: Path, decoded: Collection[str] = ()) -> None:
+    """Batches straight to CSV as they are read (every batch of a table has the same columns): the
+    samples of a week of a fleet never sit in memory at once. `decoded`: the columns read as JSON
+    text that are written as their decoded values are (metrics' labels and flags, as sorted JSON)."""
+    memo: dict[str | None, Any] = {}
     with path.open("w", newline="", encoding="utf-8") as file:
-        writer = csv.writer(file)
-        names: list[str] | None = None
-        for row in rows:
-            if names is None:
-                names = list(row)
-                writer.writerow(names)
-            writer.writerow(_csv_row(row, names))
+        header = False
+        for names, rows in batches:
+            if not header:
+                file.write(csv_text([names]))
+                header = True
+                converters = {index: partial(_each_distinct, memo=memo, convert=_csv_json)
+                              for index, name in enumerate(names) if name in decoded}
+            file.write(csv_text(rows, converters))
+
+
+# Distinct JSON texts kept decoded and written (a fleet's label sets number hundreds): past this
+# many, the memo starts again, so that a column of distinct texts cannot grow it with the window.
+_MEMO_TEXTS = 10_000
+
+
+def _each_distinct(texts: Sequence[str | None], memo: dict[str | None, Any],
+                   convert: Callable[[str | None], Any]) -> list[Any]:
+    """`convert` of each text, each distinct text converted once (memo keeps them)."""
+    if len(memo) > _MEMO_TEXTS:
+        memo.clear()
+    for text in set(texts).difference(memo):
+        memo[text] = convert(text)
+    return list(map(memo.__getitem__, texts))
+
+
+def _csv_json(text: str | None) -> str:
+    """Stored JSON text as the CSV cell of its decoded value."""
+    return csv_cell(None if text is None else json.loads(text))
+
+
+def _parquet_json(text: str | None) -> Any:
+    """Stored JSON text as Parquet's JSON cell of its decoded value (_json_text)."""
+    return None if text is None else _json_text(json.loads(text))
 
 
 def export_tables(store: Store, fmt: str, out_dir: Path, *, since: dt.datetime | None = None,
@@ -136,14 +147,18 @@ def export_tables(store: Store, fmt: str, out_dir: Path, *, since: dt.datetime |
         require_extra("pyarrow", "parquet", "Parquet export needs")
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    tables: tuple[tuple[str, Callable[[], Iterable[dict[str, Any]]]], ...] = (
-        ("samples", lambda: store.iter_sample_history(since=since, run_id=run_id, target=target, json_text=True)),
-        ("metrics", lambda: store.iter_metric_history(since=since, run_id=run_id, target=target)))
+    tables: tuple[tuple[str, Callable[[], Batches]], ...] = (
+        ("samples", lambda: store.sample_history_batches(since=since, run_id=run_id, target=target, json_text=True)),
+        ("metrics", lambda: store.metric_history_batches(since=since, run_id=run_id, target=target,
+                                                         json_text=True)))
     for name, read in tables:
         path = out_dir / f"{name}.{fmt}"
+        # the metrics' JSON is read as the stored text (samples': objects and arrays only)
+        kinds = store.history_columns(name)
+        decoded = [column for column, kind in kinds.items() if kind == "json"] if name == "metrics" else []
         if fmt == "csv":
-            _stream_csv(read(), path)
+            _stream_csv(read(), path, decoded)
         else:
-            _stream_parquet(read(), store.history_columns(name), path)
+            _stream_parquet(read(), kinds, path, decoded)
         written.append(path.resolve())
     return written

@@ -1,7 +1,7 @@
 """`prober report --out DIR` as a site to serve: DIR/index.html (runs by date, per target, with their
 status and the alerts firing now), DIR/latest.html (the report over the window) and
-DIR/runs/<run>.html (a page for each of the newest runs, RUN_PAGES per suite (a week of nightly
-runs); older runs are listed without one). Every page carries the banner of firing alerts, and each
+DIR/runs/<run>.html (a page for each of the newest runs, RUN_PAGES per suite and site (a week of
+each site's nightly runs); older runs are listed without one). Every page carries the banner of firing alerts, and each
 target and suite has a stable anchor (`latest.html#<target>-<suite>`, prober/reports/collect.anchors).
 
 Each file is written aside and renamed into place, so that a web server never serves half a page;
@@ -23,8 +23,10 @@ from prober.store import Store
 
 # Runs listed in the index, newest first: a month of nightly suites and more.
 MAX_RUNS = 1000
-# Runs of each suite given a page, newest first: each page is read and drawn anew every time (its
-# banner is about now), so their number must not grow with the window.
+# Runs of each suite from each site given a page, newest first: each page is read and drawn anew
+# every time (its banner is about now), so their number must not grow with the window. Counted per
+# site: a fleet probed from two sites runs each suite twice a night, and a count across sites gave
+# each site half a week.
 RUN_PAGES = 7
 
 
@@ -77,14 +79,15 @@ def _write(path: Path, text: str) -> None:
 
 
 def paged_runs(report: Report, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The runs (newest first) that get a page: the newest RUN_PAGES of each suite, and the
-    latest run of each section of the report, which links to its page."""
+    """The runs (newest first) that get a page: the newest RUN_PAGES of each suite from each site,
+    and the latest run of each section of the report, which links to its page."""
     latest = {section.latest_run.id for section in report.sections}
-    per_suite: dict[str, int] = {}
+    counted: dict[tuple[str, str], int] = {}
     paged = []
     for run in runs:
-        per_suite[run["suite"]] = per_suite.get(run["suite"], 0) + 1
-        if per_suite[run["suite"]] <= RUN_PAGES or run["id"] in latest:
+        key = (run["suite"], run.get("site") or "")
+        counted[key] = counted.get(key, 0) + 1
+        if counted[key] <= RUN_PAGES or run["id"] in latest:
             paged.append(run)
     return paged
 

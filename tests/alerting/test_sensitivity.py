@@ -53,3 +53,30 @@ def test_a_shift_of_the_stated_detectable_effect_pages_within_two_nights_nine_ti
             found, _ = _pages(second, [first, *baseline][:CONFIG.baseline_runs + 1])
         paged += found
     assert 0.85 * HISTORIES <= paged <= 0.95 * HISTORIES, paged / HISTORIES
+
+
+def test_tests_without_p_values_state_the_same_power_and_levels():
+    # `prober show` and `drift-power` decide the tests without their p-values: every test's level and
+    # stated power are those of the full decision (they depend on which families are tested), none
+    # detected. Shares and a second latency family change the levels the budget splits into.
+    rng = np.random.default_rng(7)
+
+    def night(ttft: float, e2e: float, share: float) -> dict:
+        return run_values([
+            {"target": "t", "probe": "latency", "name": "ttft_p50_ms", "labels": {"concurrency": 1},
+             "value": ttft, "n": 400, "unit": "ms"},
+            {"target": "t", "probe": "latency", "name": "e2e_p50_ms", "labels": {"concurrency": 1},
+             "value": e2e, "n": 400, "unit": "ms"},
+            {"target": "t", "probe": "caching", "name": "hit_rate", "labels": {"case": "repeat"},
+             "value": share, "n": 40, "ci_low": 0.5, "unit": "ratio"}])
+
+    nights = [night(40 * math.exp(rng.normal(0, 0.1)), 90 * math.exp(rng.normal(0, 0.2)),
+                    int(rng.integers(24, 36)) / 40)
+              for _ in range(CONFIG.baseline_runs + 2)]
+    full = decide(target_tests("t", nights[0], nights[1:], CONFIG)[0], CONFIG)
+    bare = decide(target_tests("t", nights[0], nights[1:], CONFIG, p_values=False)[0], CONFIG)
+    assert {t.kind for t in full} == {"latency", "proportion"} and any(t.detectable for t in full)
+    assert [(t.key, t.nights, t.alpha, t.min_effect, t.detectable, t.night_variance) for t in bare] == \
+        [(t.key, t.nights, t.alpha, t.min_effect, t.detectable, t.night_variance) for t in full]
+    assert all(t.p_value is None and not t.detected for t in bare)
+    assert all(t.p_value is not None for t in full)

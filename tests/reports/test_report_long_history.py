@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from prober.alerting.verdicts import ReportVerdicts
-from prober.reports.collect import DETAIL_RUNS, MAX_PERIODS, collect, load_window
+from prober.reports.collect import DETAIL_RUNS, MAX_PERIODS, collect, load_window, run_page_name
 from prober.reports.html import render_html
 from prober.reports.site import RUN_PAGES, write_site
 from prober.store import Store
@@ -74,3 +74,22 @@ def test_long_history_report_is_bounded_and_summarized(tmp_path: Path) -> None:
     assert (first.low, first.high) == (pytest.approx(min(covered)), pytest.approx(max(covered)))
     assert f"mean of {len(covered)} run(s)" in first.note
     assert "one point per period" in render_html(report)
+
+
+@pytest.mark.unit
+def test_each_site_gets_a_week_of_run_pages(tmp_path: Path) -> None:
+    # two sites run the suite every night: RUN_PAGES of each site's newest runs get a page, not
+    # RUN_PAGES across both (half a week each)
+    template_url = f"sqlite:///{tmp_path / 'template.db'}"
+    nightly_template_store(template_url, levels=(1,), requests_per_level=4)
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    written = bench.write_history(url, RUN_PAGES + 3, 1, bench.load_template(template_url), end=END, sites=2)
+    with Store.open(url) as store:
+        verdicts = ReportVerdicts([])
+        window = load_window(store)
+        write_site(store, verdicts, collect(store, verdicts, window=window), tmp_path / "site", window)
+        sites = {run["id"]: run["site"] for run in store.list_runs(limit=100, counts=False)}
+    pages = {path.stem for path in (tmp_path / "site" / "runs").glob("*.html")}
+    newest = {site: [run for run in reversed(written) if sites[run] == site][:RUN_PAGES]
+              for site in bench.site_names(2)}
+    assert {run_page_name(run).removesuffix(".html") for runs in newest.values() for run in runs} == pages
