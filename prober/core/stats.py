@@ -578,8 +578,9 @@ def ar1_variance_bias(rho: float, k: int) -> float:
 
 
 @functools.lru_cache(maxsize=4096)
-def _ar1_window_variance(rho: float, current: int, gap: int, baseline: int) -> float:
-    weights = [1 / current] * current + [0.0] * gap + [-1 / baseline] * baseline
+def _ar1_quadratic_form(rho: float, weights: tuple[float, ...]) -> float:
+    """w' R w for consecutive nights' weights w, R_ij = rho^|i - j|: the variance of sum(w x) in
+    units of one night's variance."""
     used = [(i, w) for i, w in enumerate(weights) if w]
     return sum(wi * wj * rho ** abs(i - j) for i, wi in used for j, wj in used)
 
@@ -593,7 +594,7 @@ def ar1_window_variance(rho: float, current: int, baseline: int, gap: int = 0) -
     nights varies (1 + rho) / 2."""
     if rho <= 0:
         return 1 / current + 1 / baseline
-    return _ar1_window_variance(round(rho, 3), current, gap, baseline)
+    return _ar1_quadratic_form(round(rho, 3), (1 / current,) * current + (0.0,) * gap + (-1 / baseline,) * baseline)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -601,12 +602,6 @@ def _trend_weights(k: int) -> tuple[float, ...]:
     centre = (k - 1) / 2
     spread = sum((i - centre) ** 2 for i in range(k))
     return tuple((i - centre) / spread for i in range(k))
-
-
-@functools.lru_cache(maxsize=4096)
-def _ar1_trend_variance(rho: float, k: int) -> float:
-    weights = _trend_weights(k)
-    return sum(wi * wj * rho ** abs(i - j) for i, wi in enumerate(weights) for j, wj in enumerate(weights))
 
 
 class TrendTest(NamedTuple):
@@ -647,7 +642,7 @@ def trend_p(values: Sequence[float], alternative: str, variance_floor: float = 0
     night_variance = max(sum(r * r for r in residuals) / (k - 2) / ar1_variance_bias(rho, k), variance_floor)
     if night_variance <= 0:
         return None
-    slope_variance = night_variance * (_ar1_trend_variance(round(rho, 3), k) if rho > 0
+    slope_variance = night_variance * (_ar1_quadratic_form(round(rho, 3), weights) if rho > 0
                                        else sum(w * w for w in weights))
     from scipy.special import stdtr
 
