@@ -12,7 +12,8 @@ not a Python object per row.
 
 Then each command runs in its own child process, measured in CPU seconds (its process tree's user
 and system time: load hardly moves them), peak resident memory, and wall time (quote the load
-average beside it): `prober report --since 30d` and `--since 365d`, `prober history` of one metric
+average beside it): `prober report --since 30d` (first into an empty directory, then again, as a
+nightly report finds the site it wrote the night before) and `--since 365d`, `prober history` of one metric
 of one target over the year (a row per week, and `--all`), `prober show` of the newest run,
 `prober compare` of one target's two last weeks, the post-run evaluation of the newest run (SLO
 rules, drift against the baselines, baseline resets), `prober export` as CSV over 7 and 30 days,
@@ -300,6 +301,9 @@ def commands(config: Path, out: Path, target: str, newest_run: str) -> dict[str,
     cfg = ["--config", str(config)]
     history = [*prober, "history", "--metric", HISTORY_METRIC, "--target", target, "--since", "365d", *cfg]
     return {
+        # (the first report draws a page for each of the window's newest runs; the next one, as
+        # every nightly report does, keeps them and redraws their verdict and banner)
+        "report --since 30d (first)": [*prober, "report", "--since", "30d", "--out", str(out / "report30"), *cfg],
         "report --since 30d": [*prober, "report", "--since", "30d", "--out", str(out / "report30"), *cfg],
         "report --since 365d": [*prober, "report", "--since", "365d", "--out", str(out / "report365"), *cfg],
         f"history {HISTORY_METRIC} 365d": history,

@@ -5,6 +5,7 @@ them without importing alerting code."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,12 @@ class ReportVerdicts:
         if "drift" in firing_kinds:
             return self.DRIFTING
         return self.HEALTHY
+
+    @property
+    def fingerprint(self) -> str:
+        """What a run's page is judged by (its SLO columns): the rules as configured. A page kept
+        from an earlier report is drawn again when they change (prober/reports/site.py)."""
+        return json.dumps([rule.model_dump(mode="json") for rule in self.rules], sort_keys=True)
 
     def slo_checks(self, metric_rows: Sequence[dict[str, Any]], run_row: dict[str, Any]) -> list[SloCheck]:
         return check_run(self.rules, metric_rows, run_row)

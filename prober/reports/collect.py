@@ -80,6 +80,11 @@ class Verdicts(Protocol):
     def slo_checks(self, metric_rows: Sequence[dict[str, Any]],
                    run_row: dict[str, Any]) -> Sequence[SloJudgement]: ...
 
+    @property
+    def fingerprint(self) -> str:
+        """A text that changes whenever the SLO judgements of the same metric rows would."""
+        ...
+
     def baseline_resets(self, store: Store, run: dict[str, Any], target: str) -> list[str]:
         """The "baseline reset: ..." lines of `run`'s entries on `target`."""
         ...
@@ -594,7 +599,9 @@ def collect(store: Store, verdicts: Verdicts, since: dt.datetime | None = None,
     sections = []
     # the calibration of the client comes last: it qualifies the latency figures, it is no verdict
     for key, history in sorted(histories.items(), key=lambda item: (item[0][1] == CALIBRATION_SUITE, item[0])):
-        section = _section(store, verdicts, window, history, firing[key],
+        # (a run's page is kept once drawn, prober/reports/site.py: what fires now is only in its
+        # banner on top, which every report redraws)
+        section = _section(store, verdicts, window, history, firing[key] if run is None else [],
                            latest_id=run.id if run is not None else None, examples=examples)
         section.site, section.anchor = key[2], names[anchor_keys[key]]
         sections.append(section)

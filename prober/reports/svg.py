@@ -7,6 +7,7 @@ Every point carries a <title> (a hover tooltip in browsers) with its exact value
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 from html import escape
 
@@ -106,6 +107,7 @@ class _XScale:
         return self.left + (raw - self.low) / (self.high - self.low) * (self.right - self.left)
 
 
+@functools.lru_cache(maxsize=4096)   # (a fleet's charts share their runs' times: 150,000 calls, a few thousand times)
 def _tooltip_time(when: dt.datetime) -> str:
     return when.strftime("%Y-%m-%d %H:%M UTC")
 
