@@ -59,7 +59,8 @@ from scipy.special import betaincinv, ndtr
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prober.alerting.alerts import drift_observations, judge, slo_observations
-from prober.alerting.drift import decide, limits_from_alerts, run_values, target_tests
+from prober.alerting.drift import decide, limits_from_alerts, target_tests
+from prober.alerting.run_values import run_values
 from prober.core import stats
 from prober.core.config import ProberConfig
 

@@ -308,11 +308,15 @@ def commands(config: Path, out: Path, target: str, newest_run: str) -> dict[str,
         "report --since 365d": [*prober, "report", "--since", "365d", "--out", str(out / "report365"), *cfg],
         f"history {HISTORY_METRIC} 365d": history,
         f"history {HISTORY_METRIC} 365d --all": [*history, "--all"],
+        # (the first evaluation derives the drift values of the baselines' runs from their metric
+        # rows and keeps them, as the first night after an upgrade does; every later night derives
+        # only its own run's, which the second shows, and `show` reads the kept ones)
+        "post-run evaluation (first)": [sys.executable, "-c", _EVALUATE, str(config)],
+        "post-run evaluation": [sys.executable, "-c", _EVALUATE, str(config)],
         "show RUN": [*prober, "show", newest_run, *cfg],
         # (one site's runs: a target probed from two sites has two series, compare wants one)
         "compare --since 14d --until 7d": [*prober, "compare", "--target", target, "--since", "14d", "--until", "7d",
                                            "--site", site_names(1)[0], *cfg],
-        "post-run evaluation": [sys.executable, "-c", _EVALUATE, str(config)],
         "export csv --since 7d": [*prober, "export", "--format", "csv", "--since", "7d", "--out",
                                   str(out / "csv7"), *cfg],
         "export csv --since 30d": [*prober, "export", "--format", "csv", "--since", "30d", "--out",
@@ -383,7 +387,7 @@ def _measured(backend: str, what: str, argv: Sequence[str], workdir: Path, note:
     found = measure(argv, workdir)
     if found["exit"] not in (0, 1):
         note = f"exit {found['exit']}: {found['stderr'].strip()[-200:]}"
-    elif what == "post-run evaluation":
+    elif what.startswith("post-run evaluation"):
         inner = json.loads(found["stdout"].strip().splitlines()[-1])
         note = (f"evaluation alone {inner['evaluate_s']:.2f} s, {inner['evaluate_cpu_s']:.2f} s CPU "
                 f"(after imports); {inner['checked']} checks, {inner['resets']} baseline resets")

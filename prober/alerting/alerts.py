@@ -214,7 +214,7 @@ def evaluate_run(store: Store, config: ProberConfig, run_id: str, sinks: list[Si
         raise ValueError(f"unknown run id {run_id!r}")
     # Only targets that completed are judged: a failed target's partial metrics would mislead.
     judged = [m for m in store.metrics(run["id"]) if m["target"] in completed_targets(run)]
-    drift = drift_for_run(store, run, config.drift, reads) if config.drift.enabled else DriftOutcome()
+    drift = drift_for_run(store, run, config.drift, reads, keep_values=True) if config.drift.enabled else DriftOutcome()
     observations = (slo_observations(config, judged, run)
                     + drift_observations(drift.tests, run, config.drift.new_normal_nights))
     # A metric row repeated within one run must not count as two consecutive runs.

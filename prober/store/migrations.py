@@ -315,6 +315,20 @@ def _m012_baseline_accepts(conn: sa.Connection) -> None:
     md.create_all(conn)
 
 
+def _m013_run_values(conn: sa.Connection) -> None:
+    """run_values: each finished run's drift values per target, derived from its metric rows
+    (prober/store/schema.py says why)."""
+    md = sa.MetaData()
+    sa.Table(
+        "run_values", md,
+        sa.Column("run_id", sa.Text, primary_key=True),
+        sa.Column("target", sa.Text, primary_key=True),
+        sa.Column("format", sa.Text, nullable=False),
+        sa.Column("body", sa.Text, nullable=False),
+    )
+    md.create_all(conn)
+
+
 # Append new migrations here; never edit or reorder the ones above.
 MIGRATIONS: list[Migration] = [
     _m001_initial,
@@ -329,6 +343,7 @@ MIGRATIONS: list[Migration] = [
     _m010_alert_site,
     _m011_sample_ttft_answer,
     _m012_baseline_accepts,
+    _m013_run_values,
 ]
 
 

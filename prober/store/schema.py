@@ -129,6 +129,18 @@ run_entries = sa.Table(
     sa.Column("params", JSONColumn()),                   # effective parameters, after --param
 )
 
+# What the drift tests read of each finished run, per target: each suite entry's metric families
+# as prober.alerting.drift derives them from the metric rows (`format` names the code that did).
+# Derived, never the truth: the metric rows are, and a row of another format is derived again. A
+# baseline of eight weeks is then sixty of these per target, not ten thousand metric rows.
+run_values = sa.Table(
+    "run_values", metadata,
+    sa.Column("run_id", sa.Text, primary_key=True),
+    sa.Column("target", sa.Text, primary_key=True),
+    sa.Column("format", sa.Text, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),          # JSON: entry -> its families' values
+)
+
 ALERT_STATES = ("ok", "pending", "firing", "resolved")
 
 # One row per alert identity (an SLO rule on one target/probe/label set, or one drift test).

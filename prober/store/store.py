@@ -39,6 +39,7 @@ from prober.store.schema import (
     metrics,
     run_entries,
     run_targets,
+    run_values,
     runs,
     samples,
     store_identity,
@@ -370,6 +371,30 @@ class Store:
                 rows += conn.execute(query.where(metrics.c.run_id.in_(chunk))
                                      .order_by(metrics.c.run_id, metrics.c.id)).all()
         return rows
+
+    def derived_run_values(self, run_ids: Sequence[str], target: str, form: str) -> dict[str, str]:
+        """run id -> the drift values kept for `target` in that run (JSON text), for the runs that
+        have them in format `form` (prober/alerting/run_values.py)."""
+        query = sa.select(run_values.c.run_id, run_values.c.body).where(
+            run_values.c.target == target, run_values.c.format == form)
+        found: dict[str, str] = {}
+        with self._engine.connect() as conn:
+            for chunk in _chunks(list(run_ids)):
+                result = conn.execute(query.where(run_values.c.run_id.in_(chunk)))
+                found.update((run_id, body) for run_id, body in result)
+        return found
+
+    def keep_run_values(self, rows: Sequence[tuple[str, str, str, str]]) -> None:
+        """Keep (run id, target, format, body) rows of drift values, replacing any of another format."""
+        if not rows:
+            return
+
+        def work(conn: sa.Connection) -> None:
+            for run_id, target, _, _ in rows:
+                conn.execute(run_values.delete().where(run_values.c.run_id == run_id, run_values.c.target == target))
+            conn.execute(run_values.insert(), [{"run_id": run_id, "target": target, "format": form, "body": body}
+                                               for run_id, target, form, body in rows])
+        write_transaction(self._engine, work)
 
     def latest_complete_runs(self, *, since: dt.datetime | None = None, target: str | None = None,
                              run_id: str | None = None) -> dict[tuple[str, str, str], str]:

@@ -20,9 +20,9 @@ from prober.alerting.drift import (
     decide,
     drift_for_run,
     night_test,
-    run_values,
     target_tests,
 )
+from prober.alerting.run_values import run_values
 from prober.core import stats
 from prober.core.config import DriftConfig, ProberConfig
 from prober.core.metric_rows import is_proportion

@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from prober.alerting.drift import EACH_NIGHT_P, decide, run_values, target_tests
+from prober.alerting.drift import EACH_NIGHT_P, decide, target_tests
+from prober.alerting.run_values import run_values
 from prober.core import stats
 from prober.core.config import DriftConfig
 

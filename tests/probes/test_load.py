@@ -83,7 +83,7 @@ def test_capacity_metric_carries_its_bracket_and_the_client_limited_flag_of_its_
 
 
 def test_capacity_is_a_drift_family_whose_fall_is_bad_and_a_flagged_capacity_is_not_judged():
-    from prober.alerting.drift import run_values
+    from prober.alerting.run_values import run_values
     from prober.core.probe_registry import metric_family
 
     family = metric_family("latency", "capacity_rps")

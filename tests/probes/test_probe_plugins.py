@@ -254,7 +254,8 @@ def example_installed(example_site, monkeypatch):
 
 
 def test_drift_judges_a_plugin_probe_by_its_declared_families(example_installed):
-    from prober.alerting.drift import bad_direction, run_values
+    from prober.alerting.drift import bad_direction
+    from prober.alerting.run_values import run_values
 
     assert "tool_call" in probe_names()
     rows = [{"probe": "tool_call", "labels": {"tools": tools}, **share(name, hits, 12)}
