@@ -491,7 +491,7 @@ def export(
     fmt: Annotated[str, typer.Option("--format", "-f", help="csv, parquet or prometheus")],
     out_dir: Annotated[Path, typer.Option("--out", help="directory to write into")] = Path("prober-export"),
     since: SinceOption = None,
-    run_id: Annotated[str | None, typer.Option("--run", help="only this run (id or unique prefix)")] = None,
+    run_id: Annotated[str | None, typer.Option("--run", help="only this run (id, unique prefix or `latest`)")] = None,
     target: Annotated[str | None, typer.Option("--target", "-t", help="only this target")] = None,
     push: Annotated[str | None, typer.Option("--push", help="prometheus only: also push the series to this "
                                              "Pushgateway (http://host:9091)")] = None,
