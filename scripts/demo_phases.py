@@ -3,7 +3,7 @@
 Usage: python3 scripts/demo_phases.py [--server-state FILE] [--json FILE] "NAME[:CODES]=COMMAND" ...
 
 Each argument is one phase: its name, optionally the exit codes that count as success (default 0;
-`run:0,1=...` because `prober run` exits 1 when an SLO breaks, and the demo still reports then),
+`run:0,1=...` because `prober run` exits 1 when an alert fires, and the demo still reports then),
 and a shell command. A phase that exits otherwise stops the demo with its exit code, after the
 table of the phases so far.
 

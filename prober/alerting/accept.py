@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prober.alerting.alerts import event_payload
 from prober.core.records import utcnow
+
+if TYPE_CHECKING:
+    from prober.store import Store
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,7 @@ def _drift_start(row: dict[str, Any]) -> dt.datetime | None:
     return dt.datetime.fromisoformat(since) if isinstance(since, str) else None
 
 
-def open_drift_alerts(store: Any, target: str, site: str, metric: str | None) -> list[dict[str, Any]]:
+def open_drift_alerts(store: Store, target: str, site: str, metric: str | None) -> list[dict[str, Any]]:
     """The firing drift alerts of `target` from `site` on `metric` (None: any metric)."""
     suffix = f"|site={site}" if site else ""
     return [row for row in store.alerts(state="firing")
@@ -33,7 +36,7 @@ def open_drift_alerts(store: Any, target: str, site: str, metric: str | None) ->
             and (row["key"].endswith(suffix) if suffix else "|site=" not in row["key"])]
 
 
-def accept_level(store: Any, target: str, site: str, metric: str | None, since: dt.datetime | None,
+def accept_level(store: Store, target: str, site: str, metric: str | None, since: dt.datetime | None,
                  sinks: list[str]) -> Accepted:
     """Record the accept and close the open drift alerts it covers. `since` None: from the start
     of the newest open drift it covers (its regressed nights become the baseline), else from now."""
@@ -55,7 +58,7 @@ def accept_level(store: Any, target: str, site: str, metric: str | None, since: 
     return Accepted(accept_id, since, [row["summary"] for row in alerts])
 
 
-def accept_lines(store: Any, target: str, site: str) -> list[str]:
+def accept_lines(store: Store, target: str, site: str) -> list[str]:
     """One line per accept in force for `target` from `site`."""
     return [f"baseline accepted: {target} {accept['metric'] or 'every metric'} normal since "
             f"{accept['since']:%Y-%m-%d %H:%M} UTC (accept {accept['id']}; `prober baseline revoke "

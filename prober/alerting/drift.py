@@ -57,7 +57,7 @@ from prober.core import stats
 from prober.core.collector import collector_paused
 from prober.core.config import DriftConfig
 from prober.core.probe_registry import metric_family
-from prober.core.records import completed_targets, labels_key
+from prober.core.records import completed_targets, label_text, labels_key
 
 if TYPE_CHECKING:
     from prober.store import Store
@@ -140,7 +140,7 @@ class DriftTest:
 
     @property
     def summary(self) -> str:
-        where = ", ".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+        where = label_text(self.labels)
         pooled = f"{self.cells} cells pooled" if self.cells > 1 else ""
         where = "; ".join(part for part in (where, pooled) if part)
         if self.kind == "latency":
@@ -273,7 +273,7 @@ def _worst_cell(kind: str, current: Sequence[RunValue], baseline: Sequence[RunVa
     if not moves:
         return ""
     _, key, value, change = max(moves)
-    where = ", ".join(f"{k}={v}" for k, v in sorted(json.loads(key).items()))
+    where = label_text(json.loads(key))
     if kind == "latency":
         return f"{where} p50 {format_value(math.exp(value))} ms ({math.exp(change) - 1:+.0%})"
     return f"{where} {format_value(value)} ({change:+.3g})"

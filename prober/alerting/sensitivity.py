@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from prober.alerting.drift import DETECTION_POWER, DriftTest
+from prober.core.records import label_text
 
 
 def power_lines(tests: Sequence[DriftTest], target: str) -> list[str]:
@@ -16,7 +17,7 @@ def power_lines(tests: Sequence[DriftTest], target: str) -> list[str]:
     for test in sorted((t for t in tests if t.target == target), key=lambda t: (t.probe, t.metric, t.key)):
         if test.detectable is None or not test.night_variance:
             continue
-        where = ", ".join(f"{k}={v}" for k, v in sorted(test.labels.items()))
+        where = label_text(test.labels)
         varies = test.night_variance ** 0.5
         shift = test.direction * test.detectable
         lines.append(f"{test.probe} {test.metric}{f' ({where})' if where else ''}: varies {varies:.0%} night to "

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prober.core.config import SloRule
-from prober.core.records import labels_key
+from prober.core.records import label_text, labels_key
 
 _HOLDS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
@@ -66,7 +66,7 @@ class SloCheck:
     @property
     def summary(self) -> str:
         m = self.metric
-        where = ", ".join(f"{k}={v}" for k, v in sorted((m.get("labels") or {}).items()))
+        where = label_text(m.get("labels"))
         state = "breaks" if self.broken else "holds"
         return (f"{self.rule.name}: {m['target']} {m['name']}{f' ({where})' if where else ''} = "
                 f"{format_value(m.get('value'))} {state} {self.rule.comparator} {format_value(self.rule.threshold)}")

@@ -24,6 +24,7 @@ from prober.commands.terminal import fmt as _fmt
 from prober.commands.terminal import shown as _shown
 from prober.core.config import load_config
 from prober.core.errors import ConfigError, ProberError
+from prober.core.records import label_text
 from prober.core.redact import RedactingStream, register_config
 from prober.run.store_access import open_store
 
@@ -405,7 +406,7 @@ def history(
         ci = interval_text(r["ci_low"], r["ci_high"], r.get("flags"))
         table.add_row(r["run_started_at"].strftime("%Y-%m-%d %H:%M"), _shown(r["run_id"]),
                       *(_shown(r[key]) for key in before),
-                      _shown(", ".join(f"{k}={v}" for k, v in sorted((r["labels"] or {}).items()))),
+                      _shown(label_text(r["labels"])),
                       _fmt(r["value"]) + (f" {FLAG_MARKER}" if r.get("flags") else ""), ci,
                       "" if r["n"] is None else str(r["n"]), *(_shown(r[key] or "") for key in after))
     out.print(table)
@@ -491,7 +492,7 @@ def export(
     fmt: Annotated[str, typer.Option("--format", "-f", help="csv, parquet or prometheus")],
     out_dir: Annotated[Path, typer.Option("--out", help="directory to write into")] = Path("prober-export"),
     since: SinceOption = None,
-    run_id: Annotated[str | None, typer.Option("--run", help="only this run (id or unique prefix)")] = None,
+    run_id: Annotated[str | None, typer.Option("--run", help="only this run (id, unique prefix or `latest`)")] = None,
     target: Annotated[str | None, typer.Option("--target", "-t", help="only this target")] = None,
     push: Annotated[str | None, typer.Option("--push", help="prometheus only: also push the series to this "
                                              "Pushgateway (http://host:9091)")] = None,

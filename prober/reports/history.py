@@ -11,6 +11,7 @@ from typing import Any
 
 from prober.core.errors import ConfigError
 from prober.core.probe_registry import all_metric_names, did_you_mean
+from prober.core.records import label_text
 from prober.store import Store
 
 
@@ -81,7 +82,7 @@ def weekly(rows: Sequence[dict[str, Any]]) -> list[WeekSummary]:
     for row in rows:
         started = row["run_started_at"].astimezone(dt.UTC).date()
         monday = started - dt.timedelta(days=started.weekday())
-        labels = ", ".join(f"{k}={v}" for k, v in sorted((row.get("labels") or {}).items()))
+        labels = label_text(row.get("labels"))
         key = (monday, row["suite"], row["target"], labels, row.get("unit"))
         week = weeks.setdefault(key, WeekSummary(*key))
         week.runs += 1

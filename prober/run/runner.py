@@ -6,8 +6,8 @@ still summarized. The runner returns its results and knows nothing of alerts: th
 (prober/commands/run.py) judges the targets that completed (SLO rules, drift) and delivers.
 
 Exit codes (docs/operations.md): 0 the run completed; 3 some target could not complete, or the run was
-interrupted. Configuration errors (2) are raised before anything is sent; 1 (an SLO broke or drift
-was detected) is the command layer's.
+interrupted. Configuration errors (2) are raised before anything is sent; 1 (an alert fired: an SLO
+rule reached its `for`, or drift was found) is the command layer's.
 """
 
 from __future__ import annotations

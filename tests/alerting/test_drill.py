@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from prober.alerting.sinks import verify
-from tests.support.alertmanager import current_alerts
+from tests.support.alertmanager import current_alerts, received_totals
 from tests.support.cli import prober
 from tests.support.receiver import Receiver
 
@@ -31,6 +31,7 @@ def test_drill_delivers_the_alert_to_every_configured_sink(tmp_path, alertmanage
             kind = "alertmanager"
             url = "{alertmanager_url}"
         """))
+        before = received_totals(alertmanager_url)
         done = prober("drill", "-c", "prober.toml", cwd=tmp_path,
                       env={"DRILL_TEST_SECRET": SECRET, "DRILL_TEST_SLACK_URL": slack.url}, timeout=280)
     output = done.stdout + done.stderr
@@ -55,6 +56,10 @@ def test_drill_delivers_the_alert_to_every_configured_sink(tmp_path, alertmanage
     active = [a for a in current_alerts(alertmanager_url)
               if a["labels"].get("target") == "drill" and a["status"]["state"] == "active"]
     assert active == [], active
+    # ... which is not for want of alerts: Alertmanager itself counts each of them sent firing, then resolved.
+    after = received_totals(alertmanager_url)
+    assert after["firing"] - before["firing"] >= len(names), (before, after)
+    assert after["resolved"] - before["resolved"] >= len(names), (before, after)
 
 
 @pytest.mark.emulator

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from prober.alerting.alerts import evaluate_run
-from prober.alerting.slo import rule_breaks, rule_matches
+from prober.alerting.slo import SloCheck, rule_breaks, rule_matches
 from prober.core.config import ProberConfig, SloRule, load_config
 from prober.core.errors import ConfigError
 from prober.store import Store
@@ -50,6 +50,16 @@ def test_rule_states_the_healthy_condition_and_breaks_when_it_is_false(comparato
 @pytest.mark.unit
 def test_a_missing_value_breaks_nothing():
     assert rule_breaks(rule(), None) is False
+
+
+@pytest.mark.unit
+def test_the_verdict_line_names_labels_as_key_value_and_leaves_out_the_ones_that_do_not_apply():
+    # A penalty baseline's cell has penalty_value None (no penalty is applied): said as nothing, not "None".
+    metric = {"name": "corruption_rate", "target": "emulator", "probe": "penalty", "value": 0.0,
+              "labels": {"mode": "unconstrained", "penalty": "none", "penalty_value": None, "temperature": 0.0}}
+    check = SloCheck(rule(metric="corruption_rate", threshold=0.05), metric, broken=False)
+    assert check.summary == ("r: emulator corruption_rate (mode=unconstrained, penalty=none, temperature=0.0) "
+                             "= 0 holds <= 0.05")
     assert rule_breaks(rule(), float("nan")) is False
 
 

@@ -4,6 +4,7 @@ whenever there is any, carries the `--summary` verdict lines only when the exit 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +14,29 @@ import pytest
 pytestmark = pytest.mark.emulator
 
 PROBER = Path(sys.executable).parent / "prober"
-# The docs' line, with the paths of this test: keep the two in step.
-RECIPE = ('cd {dir} && out=$({prober} run --suite latency --config prober.toml {params} --summary 2>>prober.log); '
-          'rc=$?; echo "$out" >>prober.log; [ $rc -eq 0 ] || echo "$out"')
+ROOT = Path(__file__).resolve().parents[2]
+# The documented nightly line and the parts of it that are the operator's: the schedule, the
+# directory, the venv's prober and the suite and targets. The rest of the line is run as written.
+DOCUMENTED_RUN = re.compile(r"^15 3 \* \* \* (cd /srv/prober && out=\$\(\.venv/bin/prober run --suite nightly "
+                            r"--target anthropic --target openai (.*))$", re.MULTILINE)
 PARAMS = "--param levels=[1] --param requests_per_level=12 --param warmup=0"
+
+
+def _documented_recipe(doc: Path) -> str:
+    (match,) = DOCUMENTED_RUN.finditer(doc.read_text(encoding="utf-8"))
+    return match.group(1)
+
+
+def _recipe() -> str:
+    """docs/operations.md's cron line with this test's directory, prober, suite and parameters."""
+    line = _documented_recipe(ROOT / "docs" / "operations.md")
+    return (line.replace("cd /srv/prober", "cd {dir}", 1).replace(".venv/bin/prober", "{prober}", 1)
+            .replace("--suite nightly --target anthropic --target openai", "--suite latency {params}", 1))
+
+
+def test_the_readme_and_operations_md_document_the_same_cron_line():
+    assert _documented_recipe(ROOT / "README.md") == _documented_recipe(ROOT / "docs" / "operations.md")
+    assert "--summary 2>>prober.log" in _recipe()
 
 
 def _cron(tmp: Path, threshold: float) -> subprocess.CompletedProcess[str]:
@@ -26,7 +46,7 @@ def _cron(tmp: Path, threshold: float) -> subprocess.CompletedProcess[str]:
                                      'targets = { emulator = { protocol = "openai", model = "emulator-1", '
                                      'emulator = {} } }\n'
                                      f'slo = [{rule}]\n')
-    line = RECIPE.format(dir=tmp, prober=PROBER, params=PARAMS)
+    line = _recipe().format(dir=tmp, prober=PROBER, params=PARAMS)
     # What cron gives a job: HOME, LOGNAME, SHELL, PATH=/usr/bin:/bin, no terminal, nothing else.
     return subprocess.run(["env", "-i", f"HOME={tmp}", "LOGNAME=root", "SHELL=/bin/sh", "PATH=/usr/bin:/bin",
                            "/bin/sh", "-c", line], capture_output=True, text=True, timeout=300,

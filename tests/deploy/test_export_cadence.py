@@ -74,3 +74,7 @@ def test_an_export_without_slo_rules_says_it_exported_no_slo_series(tmp_path):
     assert ruled.returncode == 0, ruled.stderr
     assert "no SLO series" not in ruled.stderr
     assert 'prober_slo_broken{' in (tmp_path / "ruled" / "prober.prom").read_text()
+    # ... each of them the rule's verdict on the run: held (0), the threshold being out of reach.
+    verdicts = [line.rsplit(" ", 1) for line in (tmp_path / "ruled" / "prober.prom").read_text().splitlines()
+                if line.startswith("prober_slo_broken{")]
+    assert all('slo="ttft"' in series and float(value) == 0 for series, value in verdicts), verdicts

@@ -112,6 +112,22 @@ def current_alerts(url: str) -> list[dict]:
         return json.load(response)
 
 
+def received_totals(url: str) -> dict[str, float]:
+    """Alertmanager's own count of the alerts it was sent, by status ("firing", "resolved"), from
+    its /metrics (alertmanager_alerts_received_total, summed over API versions). The API lists a
+    resolved alert no more, so this is what shows that a resolve arrived rather than nothing."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    totals = {"firing": 0.0, "resolved": 0.0}
+    for line in text.splitlines():
+        if line.startswith("alertmanager_alerts_received_total{"):
+            labels, value = line.rsplit(" ", 1)
+            for status in totals:
+                if f'status="{status}"' in labels:
+                    totals[status] += float(value)
+    return totals
+
+
 @pytest.fixture(scope="session")
 def alertmanager_url() -> Iterator[str]:
     """The base URL of a running throwaway Alertmanager, shared by the session."""
