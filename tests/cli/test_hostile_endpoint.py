@@ -1,10 +1,11 @@
 """Secrets and terminal safety against a hostile endpoint (tests/support/hostile.py), end to end
 through the real CLI: a 401 body, an output, a response header and ids that echo the API keys and
-a gateway key on both protocols, as they are and encoded (base64, hex, case-changed), escape
+a gateway key on the three protocols, as they are and encoded (base64, hex, case-changed), escape
 sequences in the fingerprint, the model name, the output and the error message, and an output
 that starts like a spreadsheet formula.
 
-One run of the divergence suite against an OpenAI and an Anthropic target feeds every check:
+One run of the divergence suite against an OpenAI chat-completions, an OpenAI Responses and an
+Anthropic target feeds every check:
 the canaries must appear nowhere in the database file (raw bytes, WAL included), the reports,
 the exports or any command's output, and no raw control character may reach `prober run` or
 `prober show` output, the Markdown report or the Prometheus textfile.
@@ -62,6 +63,12 @@ def hostile_run(tmp_path_factory):
             model = "m"
             api_key_env = "OPENAI_CANARY_KEY"
             headers_env = {{ "Ocp-Apim-Subscription-Key" = "APIM_CANARY_KEY" }}
+            [targets.resp]
+            protocol = "openai-responses"
+            base_url = "{server.base_url}/v1"
+            model = "m"
+            api_key_env = "OPENAI_CANARY_KEY"
+            headers_env = {{ "Ocp-Apim-Subscription-Key" = "APIM_CANARY_KEY" }}
             [targets.ant]
             protocol = "anthropic"
             base_url = "{server.base_url}"
@@ -106,10 +113,11 @@ def test_the_endpoint_really_received_and_echoed_the_canaries(hostile_run):
     _, _, received, rows, _ = hostile_run
     sent = " ".join(str(headers) for headers in received)
     assert all(canary in sent for canary in CANARIES.values())
-    assert {r["protocol"] for r in rows} == {"openai", "anthropic"}
+    protocols = {"openai", "openai-responses", "anthropic"}
+    assert {r["protocol"] for r in rows} == protocols
     refused = [r for r in rows if r["http_status"] == 401]
     answered = [r for r in rows if r["http_status"] == 200]
-    assert {r["protocol"] for r in refused} == {r["protocol"] for r in answered} == {"openai", "anthropic"}
+    assert {r["protocol"] for r in refused} == {r["protocol"] for r in answered} == protocols
     # The echoes are kept, with the secrets masked: the evidence stays readable.
     assert all("Incorrect API key provided:" in r["error_message"] and "***" in r["error_message"]
                for r in refused)
@@ -179,7 +187,7 @@ def test_credential_headers_are_never_stored_and_headers_env_is_sent(hostile_run
         assert not names & {"authorization", "x-api-key", "ocp-apim-subscription-key"}, names
         assert "content-type" in names        # the other headers are kept
     # An echoing header value and an echoing response id are masked.
-    assert all(r["request_id"].startswith(("req_", "msg_", "chatcmpl-")) for r in rows)
+    assert all(r["request_id"].startswith(("req_", "msg_", "chatcmpl-", "resp_")) for r in rows)
 
 
 def test_run_and_show_print_no_raw_control_characters(hostile_run):

@@ -1,6 +1,6 @@
-"""A small hostile server for the secrets and terminal-safety tests: it speaks both protocols
-(POST .../v1/messages and .../v1/chat/completions), streamed or not, and turns everything it is
-sent against the client:
+"""A small hostile server for the secrets and terminal-safety tests: it speaks the three protocols
+(POST .../v1/messages, .../v1/chat/completions and .../v1/responses), streamed or not, and turns
+everything it is sent against the client:
 
 - every other request is a 401 whose message echoes the credentials it received, as some
   gateways do (`Incorrect API key provided: Bearer sk-...`), with an escape sequence in it;
@@ -104,6 +104,35 @@ def _anthropic(body: dict[str, Any], output: str, echo: str) -> tuple[str, bytes
     ])
 
 
+def _responses(body: dict[str, Any], output: str, echo: str) -> tuple[str, bytes]:
+    usage = {"input_tokens": 5, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 3,
+             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 8}
+    item = {"type": "message", "id": f"msg_{echo}", "status": "completed", "role": "assistant",
+            "content": [{"type": "output_text", "text": output, "annotations": []}]}
+    response = {"id": f"resp_{echo}", "object": "response", "created_at": 1, "status": "completed",
+                "model": MODEL, "output": [item], "usage": usage, "error": None, "incomplete_details": None,
+                "instructions": None, "metadata": {}, "parallel_tool_calls": True, "temperature": 0.0,
+                "tool_choice": "auto", "tools": [], "top_p": 1.0}
+    if not body.get("stream"):
+        return "application/json", json.dumps(response).encode()
+    started = {**response, "status": "in_progress", "output": [], "usage": None}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": started},
+        {"type": "response.output_item.added", "output_index": 0,
+         "item": {**item, "status": "in_progress", "content": []}},
+        {"type": "response.content_part.added", "item_id": item["id"], "output_index": 0, "content_index": 0,
+         "part": {"type": "output_text", "text": "", "annotations": []}},
+        {"type": "response.output_text.delta", "item_id": item["id"], "output_index": 0, "content_index": 0,
+         "delta": output, "logprobs": []},
+        {"type": "response.output_text.done", "item_id": item["id"], "output_index": 0, "content_index": 0,
+         "text": output, "logprobs": []},
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        {"type": "response.completed", "response": response},
+    ]
+    return "text/event-stream", _sse([(event["type"], {**event, "sequence_number": number})
+                                      for number, event in enumerate(events)])
+
+
 def _unauthorized(anthropic: bool, credentials: str, echo: str) -> bytes:
     # The encoded echoes last: prober keeps the first 500 characters of a message, and the cut
     # falls inside one of them.
@@ -142,7 +171,8 @@ class HostileServer:
                     status, kind, payload = 401, "application/json", _unauthorized(anthropic, credentials, echo)
                 else:
                     output = f"{FORMULA} You said: {credentials} {HOSTILE_CONTROLS} {echo}"
-                    kind, payload = (_anthropic if anthropic else _openai)(body, output, echo.replace(" ", "_"))
+                    answer = _anthropic if anthropic else _responses if self.path.endswith("/responses") else _openai
+                    kind, payload = answer(body, output, echo.replace(" ", "_"))
                     status = 200
                 self.send_response(status)
                 self.send_header("content-type", kind)
