@@ -36,6 +36,7 @@ from prober.reports.calibration import CALIBRATION_SUITE, Overhead, host_calibra
 from prober.reports.examples import Example, pick_examples
 from prober.reports.plots import MetricSeries, Plot, Point, point, suite_plots, trend_plots
 from prober.reports.run_lines import provenance_lines
+from prober.reports.trend_guides import AlertOnTrend, add_guides
 from prober.reports.verdict_table import VerdictRow, verdict_rows
 from prober.store import Store
 
@@ -162,6 +163,10 @@ class FiringAlert:
     anchor: str = ""
     # the site of the run that judged it ("" for an alert stored before sites were)
     site: str = ""
+    probe: str = ""
+    # what the alert stored beside its summary: an SLO's comparator and threshold, a drift's
+    # baseline runs and the night it began (its trend draws them, prober/reports/trend_guides.py)
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -171,7 +176,8 @@ class ProbeSection:
     plots: list[Plot]
     trends: list[Plot]
     examples: list[Example]
-    # metrics with a firing alert or a broken SLO: their trend panels start open
+    # metrics with a firing alert or a broken SLO: their trend panels start open, with their
+    # guides; the others are drawn compact and start folded
     alerting_metrics: list[str] = field(default_factory=list)
 
 
@@ -503,9 +509,15 @@ def _section(store: Store, verdicts: Verdicts, window: Window, history: SectionH
     latest = next(r for r in runs if r.id == latest_id) if latest_id else _latest_run(runs)
     latest_rows = [row for row in rows if row["run_id"] == latest.id]
     checks = defaultdict(list)
+    # what the open trends draw: the alerts firing now, and the rules the latest run broke
+    on_trends = [AlertOnTrend(a.name, a.kind, a.probe, a.metric, a.labels, a.fired_at, a.detail) for a in firing]
     for check in verdicts.slo_checks(latest_rows, {"id": latest.id, "suite": suite}):
         condition = f"{check.rule.comparator} {check.rule.threshold:g}"
         checks[check.metric["id"]].append(SloResult(check.rule.name, condition, check.rule.severity, check.broken))
+        if check.broken:
+            on_trends.append(AlertOnTrend(check.rule.name, "slo", check.metric["probe"], check.metric["name"],
+                                          check.metric.get("labels") or {}, None,
+                                          {"comparator": check.rule.comparator, "threshold": check.rule.threshold}))
     # the values the trends plot run by run, so that the table and the charts agree
     recent: dict[tuple[str, str, str], list[float | None]] = defaultdict(list)
     for row in rows:
@@ -521,10 +533,14 @@ def _section(store: Store, verdicts: Verdicts, window: Window, history: SectionH
         probe_rows = [row for row in latest_rows if row["probe"] == probe]
         # (a run's page: the runs up to it, no periods; its trend charts are few, from declared charts)
         probe_history = _LazyHistory(lambda probe=probe: _history(history, probe, periods=not page))  # type: ignore[misc]
-        alerting = {a.metric for a in firing} | {row["name"] for row in probe_rows
-                                                  if any(r.broken for r in checks.get(row["id"], []))}
         # a run's page shows what it stored; the trends are the report's (latest.html)
         trends = [] if page else trend_plots(probe_history)
+        alerting = []
+        for plot in trends:
+            if add_guides(plot, probe, probe_history, on_trends):
+                alerting.append(plot.title)
+            else:
+                plot.compact = True
         probes.append(ProbeSection(
             probe=probe,
             metrics=[LatestMetric(probe, row["name"], row.get("labels") or {}, row.get("value"), row.get("ci_low"),
@@ -535,7 +551,7 @@ def _section(store: Store, verdicts: Verdicts, window: Window, history: SectionH
             plots=suite_plots(probe, probe_rows, probe_history),
             trends=trends,
             examples=[e for e in picked if e.probe == probe],
-            alerting_metrics=[plot.title for plot in trends if plot.title in alerting]))
+            alerting_metrics=alerting))
     provenance, resets = _provenance(store, window, latest.id, target, verdicts, page)
     return Section(target=target, suite=suite, runs=runs, latest_run=latest, probes=probes, firing=firing,
                    provenance=provenance, baseline_resets=resets)
@@ -592,7 +608,8 @@ def collect(store: Store, verdicts: Verdicts, since: dt.datetime | None = None,
         shown = FiringAlert(alert["name"], alert["kind"], alert["severity"], alert["metric"],
                             alert.get("labels") or {}, alert["summary"], alert.get("fired_at"),
                             target=alert["target"], suite=alert["suite"],
-                            anchor=names[anchor_keys[keys[0]]] if keys else "", site=alert_site)
+                            anchor=names[anchor_keys[keys[0]]] if keys else "", site=alert_site,
+                            probe=alert.get("probe") or "", detail=alert.get("detail") or {})
         for key in keys:
             firing[key].append(shown)
         every_firing.append(shown)

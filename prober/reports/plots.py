@@ -41,6 +41,16 @@ class PlotSeries:
     points: list[Point]
 
 
+@dataclass(frozen=True)
+class Band:
+    """A range of values shaded from `start` to the chart's right edge (a trend's baseline)."""
+
+    low: float
+    high: float
+    start: dt.datetime
+    label: str
+
+
 @dataclass
 class Plot:
     title: str
@@ -54,6 +64,14 @@ class Plot:
     omitted_series: int = 0
     # runs drawn as a vertical mark, not a point (a failed run): (x, why)
     marks: list[tuple[dt.datetime, str]] = field(default_factory=list)
+    # An open trend's guides (prober/reports/trend_guides.py): the baseline band, horizontal lines
+    # at SLO thresholds (value, what), and a vertical mark where an alert paged (when, what).
+    band: Band | None = None
+    levels: list[tuple[float, str]] = field(default_factory=list)
+    pages: list[tuple[dt.datetime, str]] = field(default_factory=list)
+    # A folded trend: drawn small, its series as lines without a mark or tooltip per point (the
+    # metric table lists the recent values; `prober history` every one).
+    compact: bool = False
 
 
 @dataclass

@@ -1,7 +1,11 @@
 """Draw a `prober.reports.plots.Plot` as inline SVG: no scripts, no fonts or styles fetched, nothing but
 shapes and escaped text, so that an HTML report stays one self-contained, inert file.
 
-Every point carries a <title> (a hover tooltip in browsers) with its exact value and interval.
+Every point carries a <title> (a hover tooltip in browsers) with its exact value and interval. An
+open trend also draws its guides (prober/reports/trend_guides.py): the baseline band, SLO thresholds
+and the marks where alerts paged. A compact chart (a folded trend) draws each series as a line
+with one tooltip, no mark per point: a fleet's report holds thousands of folded trends, and their
+points' marks were most of its bytes and of the time spent drawing it.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ from html import escape
 from prober.core.stats import INTERVAL_UNBOUNDED
 from prober.reports.plots import Plot, Point
 
-WIDTH, PLOT_HEIGHT = 680, 260
+WIDTH, PLOT_HEIGHT, COMPACT_HEIGHT = 680, 260, 120
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 12, 44
 LEGEND_ROW = 16
+BAND_COLOR, LEVEL_COLOR, PAGE_COLOR = "#2ca02c", "#7f7f7f", "#e67e00"
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 
@@ -47,8 +52,10 @@ def _nice_step(span: float, count: int = 4) -> float:
 
 
 def _y_range(plot: Plot) -> tuple[float, float]:
-    values = [v for s in plot.series for p in s.points for v in (p.y, p.low, p.high)
+    values = [v for s in plot.series for p in s.points for v in ((p.y,) if plot.compact else (p.y, p.low, p.high))
               if v is not None and math.isfinite(v)]
+    values += [v for v in (plot.band.low, plot.band.high) if math.isfinite(v)] if plot.band else []
+    values += [v for v, _ in plot.levels if math.isfinite(v)]
     low, high = min(values), max(values)
     if low >= 0:
         low = 0.0   # rates, latencies and counts read best from zero
@@ -63,7 +70,8 @@ class _XScale:
 
     def __init__(self, plot: Plot, left: float, right: float) -> None:
         self.kind = plot.x_kind
-        xs = [p.x for s in plot.series for p in s.points] + [x for x, _ in plot.marks]
+        xs = [p.x for s in plot.series for p in s.points] + [x for x, _ in plot.marks] + [x for x, _ in plot.pages]
+        xs += [plot.band.start] if plot.band else []
         if self.kind == "category":
             self.categories = list(dict.fromkeys(str(x) for x in xs))
         self.values = sorted({self._raw(x) for x in xs})
@@ -120,18 +128,26 @@ def _tooltip(label: str, point: Point) -> str:
     return f"{label}: {x} -> {fmt(point.y)}{interval}{note}"
 
 
+def _series_summary(label: str, points: list[Point]) -> str:
+    values = [p.y for p in points]
+    return f"{label}: {len(values)} point(s), latest {fmt(values[-1])}, range {fmt(min(values))} .. {fmt(max(values))}"
+
+
 def render(plot: Plot) -> str:
     """The chart as an <svg> element; every piece of text in it is escaped."""
-    extra_rows = (1 if plot.omitted_series else 0) + (1 if plot.marks else 0)
-    height = TOP + PLOT_HEIGHT + BOTTOM + LEGEND_ROW * (len(plot.series) + extra_rows)
-    x0, x1, y0, y1 = LEFT, WIDTH - RIGHT, TOP, TOP + PLOT_HEIGHT
+    legend_rows = len(plot.series) + (1 if plot.band else 0) + len(plot.levels) + (1 if plot.pages else 0) + \
+        (1 if plot.omitted_series else 0) + (1 if plot.marks else 0)
+    plot_height = COMPACT_HEIGHT if plot.compact else PLOT_HEIGHT
+    height = TOP + plot_height + BOTTOM + LEGEND_ROW * legend_rows
+    x0, x1, y0, y1 = LEFT, WIDTH - RIGHT, TOP, TOP + plot_height
     x_scale = _XScale(plot, x0 + 8, x1 - 8)
     y_low, y_high = _y_range(plot)
 
     def y_pixel(value: float) -> float:
         return y1 - (value - y_low) / (y_high - y_low) * (y1 - y0)
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{WIDTH}" height="{height}" '
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart{" compact" if plot.compact else ""}" '
+             f'width="{WIDTH}" height="{height}" '
              f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{escape(plot.title)}" '
              f'font-family="sans-serif" font-size="11">',
              f'<rect x="{x0}" y="{y0}" width="{x1 - x0}" height="{y1 - y0}" fill="#fff" stroke="#999"/>']
@@ -148,6 +164,20 @@ def render(plot: Plot) -> str:
     parts.append(f'<text transform="translate(14,{(y0 + y1) / 2}) rotate(-90)" text-anchor="middle">'
                  f'{escape(plot.y_label)}</text>')
 
+    # The guides under the points: the baseline's band from its first night to the right edge (where
+    # tonight's points should be), SLO thresholds across, and where alerts paged.
+    if plot.band:
+        start, top, bottom = x_scale(plot.band.start), y_pixel(plot.band.high), y_pixel(plot.band.low)
+        parts.append(f'<rect class="baseline-band" x="{start:.1f}" y="{top:.1f}" width="{x1 - start:.1f}" '
+                     f'height="{max(bottom - top, 1.0):.1f}" fill="{BAND_COLOR}" fill-opacity="0.15" '
+                     f'stroke="{BAND_COLOR}" stroke-opacity="0.5"><title>{escape(plot.band.label)}</title></rect>')
+    for value, why in plot.levels:
+        y = y_pixel(value)
+        parts.append(f'<line class="slo-level" x1="{x0}" y1="{y:.1f}" x2="{x1}" y2="{y:.1f}" stroke="{LEVEL_COLOR}" '
+                     f'stroke-width="1.5" stroke-dasharray="6 3"><title>{escape(why)}</title></line>')
+    for when, why in plot.pages:
+        parts.append(f'<line class="page-mark" x1="{x_scale(when):.1f}" y1="{y0}" x2="{x_scale(when):.1f}" y2="{y1}" '
+                     f'stroke="{PAGE_COLOR}" stroke-width="2"><title>{escape(why)}</title></line>')
     for when, why in plot.marks:     # a run that is not data (failed): marked where it happened, never a point
         parts.append(f'<line class="run-mark" x1="{x_scale(when):.1f}" y1="{y0}" x2="{x_scale(when):.1f}" y2="{y1}" '
                      f'stroke="#b00" stroke-dasharray="4 3"><title>{escape(_tooltip_time(when))} {escape(why)}'
@@ -157,11 +187,12 @@ def render(plot: Plot) -> str:
     # where they stay readable (overlapping bands of many series make one dark smear).
     offsets = [(i - (len(plot.series) - 1) / 2) * (6 if plot.x_kind == "category" else 3)
                for i in range(len(plot.series))]
-    draw_bands = plot.x_kind != "category" and len(plot.series) <= 2
+    draw_bands = plot.x_kind != "category" and len(plot.series) <= 2 and not plot.compact
     for i, series in enumerate(plot.series):
         color = COLORS[i % len(COLORS)]
         points = [(x_scale(p.x) + offsets[i], p) for p in series.points]
-        bounded = [(x, p.low, p.high) for x, p in points if p.low is not None and p.high is not None]
+        bounded = [] if plot.compact else [(x, p.low, p.high) for x, p in points
+                                           if p.low is not None and p.high is not None]
         if draw_bands and len(bounded) >= 2:
             outline = [f"{x:.1f},{y_pixel(high):.1f}" for x, _, high in bounded] + \
                       [f"{x:.1f},{y_pixel(low):.1f}" for x, low, _ in reversed(bounded)]
@@ -170,21 +201,44 @@ def render(plot: Plot) -> str:
         for x, low, high in bounded:
             parts.append(f'<line class="errorbar" x1="{x:.1f}" y1="{y_pixel(low):.1f}" x2="{x:.1f}" '
                          f'y2="{y_pixel(high):.1f}" stroke="{color}" stroke-width="1.5"/>')
+        line_only = plot.compact and plot.x_kind != "category" and len(points) >= 2
         if plot.x_kind != "category" and len(points) >= 2:
             line = " ".join(f"{x:.1f},{y_pixel(p.y):.1f}" for x, p in points)
-            parts.append(f'<polyline class="series" points="{line}" fill="none" stroke="{color}" stroke-width="1.5"/>')
-        for x, p in points:
+            title = f"<title>{escape(_series_summary(series.label, series.points))}</title>" if line_only else ""
+            parts.append(f'<polyline class="series" points="{line}" fill="none" stroke="{color}" '
+                         f'stroke-width="1.5">{title}</polyline>')
+        for x, p in [] if line_only else points:      # (a compact chart's line is its series: no marks)
             parts.append(f'<circle class="point" cx="{x:.1f}" cy="{y_pixel(p.y):.1f}" r="3.5" fill="{color}">'
                          f'<title>{escape(_tooltip(series.label, p))}</title></circle>')
         legend_y = y1 + BOTTOM + LEGEND_ROW * i + 4
         parts.append(f'<rect x="{x0}" y="{legend_y}" width="10" height="10" fill="{color}"/>'
                      f'<text x="{x0 + 16}" y="{legend_y + 9}">{escape(series.label)}</text>')
+    row = len(plot.series)
+    if plot.band:
+        legend_y = y1 + BOTTOM + LEGEND_ROW * row + 4
+        parts.append(f'<rect x="{x0}" y="{legend_y}" width="10" height="10" fill="{BAND_COLOR}" fill-opacity="0.3"/>'
+                     f'<text x="{x0 + 16}" y="{legend_y + 9}">{escape(plot.band.label)}</text>')
+        row += 1
+    for _, why in plot.levels:
+        legend_y = y1 + BOTTOM + LEGEND_ROW * row + 4
+        parts.append(f'<line x1="{x0}" y1="{legend_y + 5}" x2="{x0 + 10}" y2="{legend_y + 5}" stroke="{LEVEL_COLOR}" '
+                     f'stroke-width="1.5" stroke-dasharray="3 2"/><text x="{x0 + 16}" y="{legend_y + 9}">'
+                     f'{escape(why)}</text>')
+        row += 1
+    if plot.pages:
+        legend_y = y1 + BOTTOM + LEGEND_ROW * row + 4
+        shown = "; ".join(why for _, why in plot.pages[:2]) + (f" and {len(plot.pages) - 2} more"
+                                                               if len(plot.pages) > 2 else "")
+        parts.append(f'<line x1="{x0 + 5}" y1="{legend_y}" x2="{x0 + 5}" y2="{legend_y + 10}" stroke="{PAGE_COLOR}" '
+                     f'stroke-width="2"/><text x="{x0 + 16}" y="{legend_y + 9}">{escape(shown)}</text>')
+        row += 1
     if plot.omitted_series:
-        legend_y = y1 + BOTTOM + LEGEND_ROW * len(plot.series) + 4
+        legend_y = y1 + BOTTOM + LEGEND_ROW * row + 4
         parts.append(f'<text x="{x0}" y="{legend_y + 9}" fill="#666">{plot.omitted_series} more series not '
                      f'drawn (see prober history)</text>')
+        row += 1
     if plot.marks:
-        legend_y = y1 + BOTTOM + LEGEND_ROW * (len(plot.series) + (1 if plot.omitted_series else 0)) + 4
+        legend_y = y1 + BOTTOM + LEGEND_ROW * row + 4
         parts.append(f'<line x1="{x0 + 5}" y1="{legend_y}" x2="{x0 + 5}" y2="{legend_y + 10}" stroke="#b00" '
                      f'stroke-dasharray="4 3"/><text x="{x0 + 16}" y="{legend_y + 9}">run not complete '
                      f'(failed, interrupted or running): not plotted</text>')
