@@ -34,6 +34,7 @@ from prober.core.errors import ConfigError
 from prober.core.records import labels_key, utcnow
 from prober.reports.calibration import CALIBRATION_SUITE, Overhead, host_calibration
 from prober.reports.examples import Example, pick_examples
+from prober.reports.parameters import EntryParameters, entry_parameters
 from prober.reports.plots import MetricSeries, Plot, Point, point, suite_plots, trend_plots
 from prober.reports.run_lines import provenance_lines
 from prober.reports.trend_guides import AlertOnTrend, add_guides
@@ -192,10 +193,13 @@ class Section:
     latest_run: RunInfo
     probes: list[ProbeSection]
     firing: list[FiringAlert] = field(default_factory=list)
-    # What the latest run measured on this target (prober/reports/run_lines.provenance_lines), and its
+    # What the latest run measured on this target (prober/reports/run_lines.provenance_lines: its
+    # prober, config, host and status; the parameters are `parameters`), and its
     # "baseline reset: ..." lines for entries that no earlier run is comparable with.
     provenance: list[str] = field(default_factory=list)
     baseline_resets: list[str] = field(default_factory=list)
+    # each suite entry's parameters that differ from its probe's defaults (prober/reports/parameters.py)
+    parameters: list[EntryParameters] = field(default_factory=list)
     # a stable fragment id, "<target>-<suite>" slugged, "<target>-<suite>-<site>" where the report
     # has that target and suite from more than one site (see `anchors`)
     anchor: str = ""
@@ -490,17 +494,18 @@ class _LazyHistory(Sequence[MetricSeries]):
 
 
 def _provenance(store: Store, window: Window, run_id: str, target: str, verdicts: Verdicts,
-                page: bool) -> tuple[list[str], list[str]]:
-    """The provenance lines of `run_id` on `target`, and its baseline resets, which only the
-    report over the window shows: they read the runs before it, and a run's page is one of many."""
+                page: bool) -> tuple[list[str], list[str], list[EntryParameters]]:
+    """The provenance lines of `run_id` on `target`, its baseline resets, which only the report over
+    the window shows (they read the runs before it, and a run's page is one of many), and its
+    entries' parameters that differ from their probes' defaults."""
     found = window.lookup("run", run_id, store.get_run)
     assert found is not None                       # the report found this run in the store
     run = dict(found)
     run["target_status"] = {t: s for t, s in (run.get("target_status") or {}).items() if t == target}
     run["targets"] = [target]
     resets = [] if page else verdicts.baseline_resets(store, run, target)
-    # provenance_lines keeps the entries of the run's targets, here only this one
-    return provenance_lines(run, window.lookup("entries", run_id, store.run_entries)), resets
+    entries = window.lookup("entries", run_id, store.run_entries)
+    return provenance_lines(run, []), resets, entry_parameters(entries, target)
 
 
 def _section(store: Store, verdicts: Verdicts, window: Window, history: SectionHistory,
@@ -552,9 +557,9 @@ def _section(store: Store, verdicts: Verdicts, window: Window, history: SectionH
             trends=trends,
             examples=[e for e in picked if e.probe == probe],
             alerting_metrics=alerting))
-    provenance, resets = _provenance(store, window, latest.id, target, verdicts, page)
+    provenance, resets, parameters = _provenance(store, window, latest.id, target, verdicts, page)
     return Section(target=target, suite=suite, runs=runs, latest_run=latest, probes=probes, firing=firing,
-                   provenance=provenance, baseline_resets=resets)
+                   provenance=provenance, baseline_resets=resets, parameters=parameters)
 
 
 def _anchor_keys(keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], tuple[str, ...]]:

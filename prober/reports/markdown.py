@@ -104,6 +104,14 @@ def _section(section: Section) -> list[str]:
              f"{len(section.runs)} run(s) in the window{_not_complete(section)}.", ""]
     if section.provenance:
         lines += ["What it measured:", "", *(f"- {text(line.strip())}" for line in section.provenance), ""]
+    if section.parameters:
+        at_default = sum(e.at_default for e in section.parameters)
+        lines += [f"Parameters that differ from the probe's defaults ({at_default} more at their defaults):", "",
+                  "| entry | parameter | value | probe's default |", "| --- | --- | --- | --- |"]
+        lines += [f"| {text(entry.entry)} ({text(entry.probe)} v{text(str(entry.version))}) | {text(p.name)} | "
+                  f"{text(p.value)} | {'-' if p.default is None else text(p.default)} |"
+                  for entry in section.parameters for p in entry.changed]
+        lines.append("")
     if section.baseline_resets:
         lines += [*(f"- {text(line)}" for line in section.baseline_resets), ""]
     if section.firing:
