@@ -50,6 +50,10 @@ def hostile_run(tmp_path_factory):
     keeper = sqlite3.connect(tmp / "p.db")
     keeper.execute("SELECT count(*) FROM runs").fetchall()
     with HostileServer() as server:
+        # (target, protocol, path, key): every protocol, each with the gateway key beside its own
+        targets = [("oai", "openai", "/v1", "OPENAI_CANARY_KEY"),
+                   ("resp", "openai-responses", "/v1", "OPENAI_CANARY_KEY"),
+                   ("ant", "anthropic", "", "ANTHROPIC_CANARY_KEY")]
         (tmp / "prober.toml").write_text(textwrap.dedent(f"""
             [store]
             url = "sqlite:///{tmp}/p.db"
@@ -57,25 +61,14 @@ def hostile_run(tmp_path_factory):
             progress = false
             error_rate_ceiling = 1.0
             max_retries = 0
-            [targets.oai]
-            protocol = "openai"
-            base_url = "{server.base_url}/v1"
-            model = "m"
-            api_key_env = "OPENAI_CANARY_KEY"
-            headers_env = {{ "Ocp-Apim-Subscription-Key" = "APIM_CANARY_KEY" }}
-            [targets.resp]
-            protocol = "openai-responses"
-            base_url = "{server.base_url}/v1"
-            model = "m"
-            api_key_env = "OPENAI_CANARY_KEY"
-            headers_env = {{ "Ocp-Apim-Subscription-Key" = "APIM_CANARY_KEY" }}
-            [targets.ant]
-            protocol = "anthropic"
-            base_url = "{server.base_url}"
-            model = "m"
-            api_key_env = "ANTHROPIC_CANARY_KEY"
-            headers_env = {{ "Ocp-Apim-Subscription-Key" = "APIM_CANARY_KEY" }}
-        """))
+        """) + "".join(f"""
+[targets.{name}]
+protocol = "{protocol}"
+base_url = "{server.base_url}{path}"
+model = "m"
+api_key_env = "{key}"
+headers_env = {{ "Ocp-Apim-Subscription-Key" = "APIM_CANARY_KEY" }}
+""" for name, protocol, path, key in targets))
         cli = {}
 
         def run(name, *args):
