@@ -105,7 +105,8 @@ def test_a_closed_port_fails_alone_and_the_emulator_target_is_judged(tmp_path):
     assert report.returncode == 0, report.stderr
     markdown = Path(report.stdout.strip().splitlines()[-1]).read_text(encoding="utf-8")
     assert "- target emu: complete (target config " in markdown
-    assert "latency.latency: latency probe v1, params " in markdown
+    # the report's parameters: a table of those the run set apart from the probe's defaults
+    assert "| latency.latency (latency v1) | requests\\_per\\_level | 6 | 400 |" in markdown, markdown
 
 
 def test_runs_with_different_params_never_share_a_baseline(tmp_path):
