@@ -35,13 +35,20 @@ class AlertOnTrend:
 
 
 def names_trend(alert: AlertOnTrend, probe: str, title: str) -> bool:
-    """Whether `alert` is about the trend of metric `title` of `probe`."""
+    """Whether `alert` is about the trend of metric `title` of `probe`: it names that metric, or a
+    family that reads it, itself or (an alert for a group of families that page together, such
+    as a probe's latency families) among the families that moved, `detail["families"]`."""
     if alert.metric == title:
         return True
     if alert.probe and alert.probe != probe:
         return False
-    family = metric_family(probe, alert.metric)
-    return family is not None and family.name == alert.metric and family.reads(title)
+    moved = alert.detail.get("families")
+    names = [alert.metric, *(moved if isinstance(moved, list) else [])]
+    for name in names:
+        family = metric_family(probe, name) if isinstance(name, str) else None
+        if family is not None and family.name == name and family.reads(title):
+            return True
+    return False
 
 
 def _when(value: Any) -> dt.datetime | None:

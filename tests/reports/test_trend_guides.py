@@ -45,6 +45,13 @@ def test_a_drift_alert_draws_the_band_of_its_baseline_and_its_page():
     assert plot is not None
     assert names_trend(_drift(), "latency", "ttft_p50_ms")
     assert not names_trend(_drift(), "latency", "e2e_p50_ms")
+    # an alert for families that page together names the trends of those that moved
+    members = {"ttft_ms": "k1", "itl_ms": "k2", "e2e_ms": "k3"}
+    group = AlertOnTrend("drift_latency", "drift", "latency", "latency", {}, NIGHTS[10],
+                         {"families": ["ttft_ms", "itl_ms"], "members": members})
+    named = [names_trend(group, "latency", t) for t in ("ttft_p50_ms", "itl_p50_ms", "e2e_p50_ms")]
+    assert named == [True, True, False]
+    assert not names_trend(group, "caching", "ttft_p50_ms")
     assert add_guides(plot, "latency", series, [_drift()])
     band = plot.band
     assert band is not None
