@@ -471,7 +471,7 @@ def detection_delay(history: History, weather: Weather, regression: Regression, 
     for night in range(1, max(HORIZON, regression.within) + 1):
         rows = Night(rng, weather, regression.levels(night), index + night).rows
         fired = history.night(rows, index + night)
-        if any(row["metric"] in regression.metrics for row in fired):
+        if any(regression.metrics & {row["metric"], *(row["detail"].get("families") or ())} for row in fired):
             return night
     return None
 

@@ -19,6 +19,7 @@ from prober.alerting.drift import (
     baseline_resets,
     decide,
     drift_for_run,
+    limits_from_alerts,
     night_test,
     target_tests,
 )
@@ -257,11 +258,12 @@ def test_an_improvement_or_a_move_without_a_bad_direction_is_a_notice_and_never_
     assert not any(t.pages for t in outcome.tests)
     assert len(outcome.notices) == 4 and all(line.startswith("notice: drift: t ") for line in outcome.notices)
     observations = drift_observations(outcome.tests, {"suite": "nightly"})
-    assert [(o.metric, o.broken) for o in observations] == [("ttft_ms", False)]      # modal share: no alert at all
+    # modal share: no alert at all; TTFT's is the latency group's
+    assert [(o.metric, o.broken) for o in observations] == [("latency", False)]
     # The same move upwards is a regression: it pages.
     tests, _ = target_tests("t", run_values(_latency_night(250)), quiet, config)
     assert [(o.metric, o.broken) for o in drift_observations(decide(tests, config), {"suite": "nightly"})] == [
-        ("ttft_ms", True)]
+        ("latency", True)]
 
 
 def test_the_page_budget_is_split_over_windows_probes_and_families_and_adds_up_to_it():
@@ -321,7 +323,13 @@ def test_drift_on_stored_runs_uses_the_previous_complete_runs_of_the_suite_and_t
         evaluation = evaluate_run(store, config, tonight["id"])
     fired = {row["metric"] for row in evaluation.fired_now}
     if shifted:
-        assert fired == {"error_rate", "ttft_ms", "e2e_ms"}       # ITL did not move
+        # TTFT and e2e moved together: one page, the latency group's, naming both (ITL did not move)
+        assert fired == {"error_rate", "latency"}
+        latency = next(row for row in evaluation.fired_now if row["metric"] == "latency")
+        assert latency["name"] == "drift_latency" and latency["detail"]["families"] == ["e2e_ms", "ttft_ms"]
+        assert set(latency["detail"]["members"]) == {"e2e_ms", "itl_ms", "ttft_ms"}
+        assert "ttft_ms" in latency["summary"] and "e2e_ms" in latency["summary"]
+        assert "itl_ms" not in latency["summary"]
         two_nights = {t.metric: t for t in tests if t.nights == 2}
         assert two_nights["ttft_ms"].effect == pytest.approx(1.5, abs=0.1) and two_nights["ttft_ms"].pages
     else:
@@ -405,3 +413,18 @@ def test_the_resets_after_the_drift_tests_select_the_same_baselines_without_read
     assert read_by_the_tests > 0 and store.candidate_reads == read_by_the_tests
     assert expected_resets == (["baseline reset: emu latency.latency: requests 24 -> 48"] if changed else [])
     assert bool(expected_tests.tests) != changed
+
+
+def test_an_open_latency_group_alert_holds_every_family_of_it_out_of_its_baseline():
+    # One alert for the group (ttft, itl, e2e of one probe and labels): while it fires, each family's
+    # nights since the drift began stay out of that family's baseline; its "new normal" re-baselines each.
+    members = {metric: f"drift|t|latency|{metric}|{{}}" for metric in ("e2e_ms", "itl_ms", "ttft_ms")}
+    key = "drift|t|latency|latency|{}|site=fra"
+    firing = {"key": key, "kind": "drift", "state": "firing",
+              "detail": {"drift_since": 40, "families": ["ttft_ms"], "members": members}}
+    limits = limits_from_alerts([firing], "fra")
+    assert limits.drifting == dict.fromkeys(members.values(), 40)
+    assert limits.allowed(members["itl_ms"], "itl_ms", [41, 40, 39]) == [False, False, True]
+    closed = {**firing, "state": "resolved", "detail": {**firing["detail"], "new_normal_since": 40}}
+    limits = limits_from_alerts([closed], "fra")
+    assert limits.drifting == {} and all(limits.accepted_since(k, m) == 40 for m, k in members.items())

@@ -105,7 +105,8 @@ def persistent_history(config, shift_from: int, shift_until: int, nights: int, s
             levels["ttft_factor"] = 1.5
         fired = history.night(bench.Night(rng, weather, levels, index).rows, index)
         if index >= shift_from:
-            events.append(tuple([row for row in rows if row["metric"] == "ttft_ms"]
+            # TTFT pages in the latency group's alert (prober.alerting.drift.page_group)
+            events.append(tuple([row for row in rows if "ttft_ms" in (row["detail"].get("members") or ())]
                                 for rows in (fired, history.resolved, history.new_normal)))
     return events
 
