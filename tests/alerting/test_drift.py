@@ -15,6 +15,7 @@ import statsmodels.api as sm
 from prober.alerting.alerts import drift_observations, evaluate_run
 from prober.alerting.baseline import BaselineReads
 from prober.alerting.drift import (
+    TREND_RECENT_P,
     DriftOutcome,
     baseline_resets,
     decide,
@@ -428,3 +429,64 @@ def test_an_open_latency_group_alert_holds_every_family_of_it_out_of_its_baselin
     closed = {**firing, "state": "resolved", "detail": {**firing["detail"], "new_normal_since": 40}}
     limits = limits_from_alerts([closed], "fra")
     assert limits.drifting == {} and all(limits.accepted_since(k, m) == 40 for m, k in members.items())
+
+
+def _grouped_latency_night(wobble: float, itl_wobble: float, e2e_wobble: float) -> list[dict]:
+    return [{"target": "t", "probe": "latency", "name": name, "value": value * w, "n": 32, "unit": "ms",
+             "labels": {"concurrency": 4}}
+            for name, value, w in (("ttft_p50_ms", 100, wobble), ("itl_p50_ms", 8, itl_wobble),
+                                   ("e2e_p50_ms", 600, e2e_wobble))] + [
+        {"target": "t", "probe": "latency", **share("error_rate", 0, 32, concurrency=4)}]
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_a_page_group_spends_one_familys_share_of_the_budget(together):
+    # ttft, itl and e2e are one page (the latency group): the group gets one family's share of the
+    # latency probe's budget (error rate has the other), divided by the effective number of tests
+    # its families make: about 1 when their nights move together, about 3 when they do not.
+    config = DriftConfig()
+    rng = np.random.default_rng(8)
+    quiet = []
+    for _ in range(config.baseline_runs + 1):
+        w = math.exp(rng.normal(0, 0.1))
+        others = (w, w) if together else (math.exp(rng.normal(0, 0.1)), math.exp(rng.normal(0, 0.1)))
+        quiet.append(run_values(_grouped_latency_night(w, *others)))
+    tests, _ = target_tests("t", run_values(_grouped_latency_night(1, 1, 1)), quiet, config)
+    decided = [t for t in decide(tests, config) if t.nights == 2 and not t.trend]
+    share_of_one = config.false_pages_per_90_nights / 90 * 0.8 / 2       # two families in the probe
+    latency = [t for t in decided if t.kind == "latency"]
+    assert len(latency) == 3 and len({t.group_tests for t in latency}) == 1
+    assert latency[0].group_tests == (pytest.approx(1, abs=0.05) if together else pytest.approx(3, abs=0.5))
+    assert sum(t.alpha * t.group_tests for t in latency) / 3 == pytest.approx(share_of_one)
+    assert [t.alpha for t in decided if t.metric == "error_rate"] == pytest.approx([share_of_one])
+
+
+def test_the_effective_number_of_tests_of_a_group():
+    from prober.alerting.drift import group_effective_tests
+
+    rng = np.random.default_rng(3)
+    night = rng.normal(size=56)
+    assert group_effective_tests([night, 2 * night + 1, night - 3]) == pytest.approx(1)
+    assert group_effective_tests([rng.normal(size=56) for _ in range(3)]) == pytest.approx(3, abs=0.3)
+    assert group_effective_tests([night[:2], night[:2]]) == 2            # too few nights: Bonferroni
+    assert group_effective_tests([night]) == 1
+
+
+@pytest.mark.parametrize("recent", [0.15, -0.12])
+def test_a_trend_pages_only_when_the_latest_nights_are_out_of_range(recent):
+    # A slope fitted on 56 nights: a rise whose latest two nights are off the baseline pages; one
+    # whose latest nights are back within the range that resolves an alert is a notice, so it
+    # cannot page, resolve the next night and page again.
+    config = DriftConfig()
+    rng = np.random.default_rng(9)
+    nights = 2 * config.baseline_runs
+    level = [0.006 * i for i in range(nights)]                              # +0.6% a night, oldest first
+    level[-2:] = [level[-3] + recent] * 2                                  # the last two nights
+    series = [run_values(_latency_night(100 * math.exp(v + rng.normal(0, 0.02)))) for v in level]
+    tests, _ = target_tests("t", series[-1], series[-2::-1][:config.baseline_runs + 1], config)
+    decided = decide(tests, config)
+    trend = next(t for t in decided if t.trend and t.metric == "ttft_ms")
+    two = next(t for t in decided if t.nights == 2 and t.metric == "ttft_ms")
+    assert trend.regressed and trend.each_night_p == two.p_value
+    assert trend.pages == (two.p_value <= TREND_RECENT_P) == (recent > 0), (trend, two)
+
