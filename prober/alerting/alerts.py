@@ -240,12 +240,47 @@ def evaluate_run(store: Store, config: ProberConfig, run_id: str, sinks: list[Si
     observations = list({obs.identity: obs for obs in observations}.values())
     previous = {row["key"]: row for row in store.alerts(keys=[o.identity for o in observations])}
     now = utcnow()
+    superseded = hand_over(observations, previous, store.alerts(keys=_member_identities(observations)),
+                           run["id"], now)
     rows, events, evaluation = judge(observations, previous, run["id"], now)
+    rows, events = superseded[0] + rows, superseded[1] + events
     evaluation.notes = drift.not_tested + drift.notices
     store.save_alert_changes(rows, events, [sink.name for sink in sinks])
     evaluation.deliveries = deliver_outbox(store, sinks)
     _renew_alertmanager(store, sinks, {r["key"] for r in evaluation.firing} - {r["key"] for r in evaluation.fired_now})
     return evaluation
+
+
+def _member_identities(observations: list[Observation]) -> list[str]:
+    """The identities a page group's families had as alerts of their own (before page groups)."""
+    suffixes = {obs.identity: obs.identity[len(obs.key):] for obs in observations}
+    return [key + suffixes[obs.identity] for obs in observations for key in (obs.detail.get("members") or {}).values()]
+
+
+def hand_over(observations: list[Observation], previous: dict[str, dict[str, Any]],
+              member_rows: list[dict[str, Any]], run_id: str, now: dt.datetime
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A drift alert of a family that now pages in a group (drift.page_group), still firing under
+    the family's own key from before page groups were: the group's alert takes it over (its state,
+    breaks, start and drift_since, so the regression does not page again) unless the group's is
+    firing itself, and the family's row resolves with one event saying which alert took it over.
+    `previous` gains the rows taken over; returns the closed rows and their events."""
+    rows, events = [], []
+    by_key = {row["key"]: row for row in member_rows if row["kind"] == "drift" and row["state"] == "firing"}
+    for obs in observations:
+        suffix = obs.identity[len(obs.key):]
+        for key in (obs.detail.get("members") or {}).values():
+            old = by_key.get(key + suffix)
+            if old is None or old["key"] == obs.identity:
+                continue
+            if (previous.get(obs.identity) or {}).get("state") != "firing":
+                previous[obs.identity] = {**old, "key": obs.identity}
+            closed = {**old, "state": "resolved", "breaks": 0, "resolved_at": now, "updated_at": now,
+                      "last_run_id": run_id, "summary": f"{old['summary']} (now part of {obs.name}: {obs.identity})"}
+            rows.append(closed)
+            events.append({"alert_key": closed["key"], "status": "resolved", "run_id": run_id, "created_at": now,
+                           "payload": event_payload(closed, "resolved", run_id)})
+    return rows, events
 
 
 def judge(observations: list[Observation], previous: dict[str, dict[str, Any]], run_id: str, now: dt.datetime

@@ -490,3 +490,31 @@ def test_a_trend_pages_only_when_the_latest_nights_are_out_of_range(recent):
     assert trend.regressed and trend.each_night_p == two.p_value
     assert trend.pages == (two.p_value <= TREND_RECENT_P) == (recent > 0), (trend, two)
 
+
+def test_a_family_alert_from_before_page_groups_is_taken_over_by_its_group(tmp_path):
+    # A TTFT drift alert stored under the family's own key (before page groups) still firing: the
+    # latency group's alert takes it over without a new page, and the old row resolves once.
+    config = ProberConfig.model_validate({"drift": {"baseline_runs": 8, "min_baseline_runs": 7}})
+    quiet_ttft = [100, 104, 97, 101, 99, 103, 98, 102]
+    with Store.open(f"sqlite:///{tmp_path / 'p.db'}") as store:
+        for night in range(8):
+            evaluate_run(store, config, _stored_night(store, night, quiet_ttft[night], 0)["id"])
+        first = _stored_night(store, 9, 250, 0)
+        site = f"|site={first['site']}" if first.get("site") else ""
+        old_key = "drift|emu|latency|ttft_ms|{}" + site
+        legacy = {"key": old_key, "kind": "drift", "name": "drift_ttft_ms", "severity": "warning", "target": "emu",
+                  "suite": first["suite"], "probe": "latency", "metric": "ttft_ms", "labels": {}, "state": "firing",
+                  "breaks": 1, "value": 250.0, "summary": "drift: emu latency ttft_ms", "fired_at": first["started_at"],
+                  "resolved_at": None, "updated_at": first["started_at"], "last_run_id": first["id"],
+                  "detail": {"drift_since": first["started_at"].isoformat(), "in_range": False,
+                             "site": first.get("site") or ""}}
+        store.save_alert_changes([legacy], [], [])
+        tonight = _stored_night(store, 10, 250, 0)
+        evaluation = evaluate_run(store, config, tonight["id"])
+        rows = {row["key"]: row for row in store.alerts()}
+        events = store.alert_events(old_key)
+    group = "drift|emu|latency|latency|{}" + site
+    assert evaluation.fired_now == [] and rows[group]["state"] == "firing", evaluation.fired_now
+    assert rows[group]["detail"]["drift_since"] == first["started_at"].isoformat()
+    assert rows[old_key]["state"] == "resolved" and [e["status"] for e in events] == ["resolved"]
+    assert group in rows[old_key]["summary"]
