@@ -32,7 +32,11 @@ policy, measured by bench/alarm_calibration.py (docs/operations.md, "Alerting"):
   and the previous run against the runs before that one, which pages when each of its two nights
   also lies beyond the baseline's 90th percentile on its own (a regression that persists, not one
   wild night), and the slope of the family over the last `baseline_runs` runs (a creep too slow
-  for two nights to show). See WINDOW_BUDGET.
+  for two nights to show), which pages once the latest two nights are also out of the baseline's
+  range (TREND_RECENT_P). See WINDOW_BUDGET.
+- Families that move together page together: the latency families of one probe and label set
+  are one alert (page_group), which names every family of it that moved, and share one family's
+  part of the budget over the effective number of tests they make (group_effective_tests).
 - The budget is split (weighted Bonferroni) over the windows that page and evenly over the night's
   regression families of a target within each: each fires at p <= its share of
   false_pages_per_90_nights / 90, when its effect also reaches the minimum effect for its kind (or
@@ -510,11 +514,8 @@ def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, 
         if allowed is None and kind in ("latency", "proportion"):
             series = [value, *(h for h in history[:config.baseline_runs - 1] if h is not None)]
             trend = trend_test(kind, target, probe, metric, labels, series)
-            if trend is not None and not p_values:
-                trend = replace(trend, p_value=None)
             if trend is not None:
-                trend = replace(trend, each_night_p=latest)
-            if trend is not None:
+                trend = replace(trend, p_value=trend.p_value if p_values else None, each_night_p=latest)
                 tests.append(replace(trend, window_start=started[0]) if started else trend)
     return _with_group_tests(tests, grouped, config.baseline_runs + 1), short
 
