@@ -451,7 +451,9 @@ def noise_level(config: ProberConfig, model: NoiseModel, nights: int, histories:
         if index < warmup:
             continue
         ran += 1
-        pages += [row["name"] for row in fired]
+        # a page group's alert (drift_latency) with the families of it that moved
+        pages += [row["name"] + (f" ({'+'.join(row['detail']['families'])})" if row["detail"].get("families") else "")
+                  for row in fired]
         blocks[(index - warmup) // 90] += len(fired)
         near_level += history.near_level
         branch = index - warmup
