@@ -451,7 +451,9 @@ def noise_level(config: ProberConfig, model: NoiseModel, nights: int, histories:
         if index < warmup:
             continue
         ran += 1
-        pages += [row["name"] for row in fired]
+        # a page group's alert (drift_latency) with the families of it that moved
+        pages += [row["name"] + (f" ({'+'.join(row['detail']['families'])})" if row["detail"].get("families") else "")
+                  for row in fired]
         blocks[(index - warmup) // 90] += len(fired)
         near_level += history.near_level
         branch = index - warmup
@@ -471,7 +473,7 @@ def detection_delay(history: History, weather: Weather, regression: Regression, 
     for night in range(1, max(HORIZON, regression.within) + 1):
         rows = Night(rng, weather, regression.levels(night), index + night).rows
         fired = history.night(rows, index + night)
-        if any(row["metric"] in regression.metrics for row in fired):
+        if any(regression.metrics & {row["metric"], *(row["detail"].get("families") or ())} for row in fired):
             return night
     return None
 

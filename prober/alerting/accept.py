@@ -29,10 +29,12 @@ def _drift_start(row: dict[str, Any]) -> dt.datetime | None:
 
 
 def open_drift_alerts(store: Store, target: str, site: str, metric: str | None) -> list[dict[str, Any]]:
-    """The firing drift alerts of `target` from `site` on `metric` (None: any metric)."""
+    """The firing drift alerts of `target` from `site` on `metric` (None: any metric), a group's
+    (drift.page_group) when `metric` is one of its families."""
     suffix = f"|site={site}" if site else ""
     return [row for row in store.alerts(state="firing")
-            if row["kind"] == "drift" and row["target"] == target and (metric is None or row["metric"] == metric)
+            if row["kind"] == "drift" and row["target"] == target
+            and (metric is None or metric in (row["metric"], *((row.get("detail") or {}).get("members") or {})))
             and (row["key"].endswith(suffix) if suffix else "|site=" not in row["key"])]
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from prober.alerting.baseline import BaselineReads
-from prober.alerting.drift import IN_RANGE_P, DriftOutcome, DriftTest, drift_for_run
+from prober.alerting.drift import IN_RANGE_P, LATENCY_GROUP, DriftOutcome, DriftTest, drift_for_run, page_group
 from prober.alerting.sinks import AlertmanagerSink, DeliveryError, Sink, make_sink
 from prober.alerting.slo import check_run, format_value
 from prober.core.config import DEFAULT_NEW_NORMAL_NIGHTS, ProberConfig
@@ -132,11 +132,15 @@ def slo_observations(config: ProberConfig, metric_rows: list[dict[str, Any]], ru
 
 def drift_observations(tests: list[DriftTest], run: dict[str, Any],
                        new_normal_nights: int = DEFAULT_NEW_NORMAL_NIGHTS) -> list[Observation]:
-    """One observation per metric family with a bad direction: broken when a test that pages
-    (the two-night window, the trend) found a regression (that test, else the first, describes it). Families
-    without a bad direction only ever make notices (DriftOutcome.notices). Each says whether the
-    family is back in its baseline's range (every test's one-sided p above IN_RANGE_P: what
-    resolves an open alert) and since when its window's nights ran (where an open drift starts)."""
+    """One observation per page group (drift.page_group: the latency families of one probe and
+    label set together, every other family with a bad direction alone): broken when a test that
+    pages (the two-night window, the trend) found a regression in any family of the group. The
+    text names every family that paged (else the first family's test describes the group);
+    `detail["families"]` lists them and `detail["members"]` maps every family of the group to its
+    key. Families without a bad direction only ever make notices (DriftOutcome.notices). Each says
+    whether the group is back in its baseline's range (every test of every family with its
+    one-sided p above IN_RANGE_P: what resolves an open alert) and since when the oldest window
+    that paged ran (where an open drift starts)."""
     chosen: dict[str, DriftTest] = {}
     in_range: dict[str, bool] = {}
     for test in tests:
@@ -148,23 +152,38 @@ def drift_observations(tests: list[DriftTest], run: dict[str, Any],
         held = chosen.get(test.key)
         if held is None or (test.pages and not held.pages):
             chosen[test.key] = test
-    observations = []
+    groups: dict[str, list[DriftTest]] = {}
     for test in chosen.values():
+        groups.setdefault(page_group(test), []).append(test)
+    observations = []
+    for key, members in groups.items():
+        paged = [t for t in members if t.pages]
+        test = paged[0] if paged else members[0]
+        grouped = key != test.key
+        metric = LATENCY_GROUP if grouped else test.metric
+        # where the open drift begins: the oldest night of the windows that paged
+        starts: list[Any] = [t.window_start or run.get("started_at") for t in paged]
+        since = min(starts) if starts and None not in starts else test.window_start or run.get("started_at")
+        detail = {"test": test.kind, "nights": test.nights, "p_value": test.p_value, "alpha": test.alpha,
+                  "effect": test.effect, "min_effect": test.min_effect, "baseline": test.baseline,
+                  "n_current": test.n_current, "n_baseline": test.n_baseline, "cells": test.cells,
+                  "most_moved": test.worst_cell, "baseline_runs": test.baseline_runs,
+                  "in_range": all(in_range[t.key] for t in members), "drift_since": _when(since)}
+        if grouped:
+            detail["families"] = [t.metric for t in paged]
+            detail["members"] = {t.metric: t.key for t in sorted(members, key=lambda t: t.metric)}
         observations.append(Observation(
-            key=test.key, kind="drift", name=f"drift_{test.metric}", severity="warning", target=test.target,
-            suite=run["suite"], probe=test.probe, metric=test.metric, labels=test.labels, value=test.current,
-            broken=test.pages, for_runs=1, summary=test.summary,
+            key=key, kind="drift", name=f"drift_{metric}", severity="warning", target=test.target,
+            suite=run["suite"], probe=test.probe, metric=metric, labels=test.labels, value=test.current,
+            broken=bool(paged), for_runs=1, summary=" | ".join(t.summary for t in paged) or test.summary,
             description=(f"{test.kind} test of the last {test.nights} run(s) against the spread of "
                          f"{test.baseline_runs} earlier comparable runs ({test.cells} cell(s) pooled); effect "
                          f"{format_value(test.effect)} (minimum {format_value(test.min_effect)}), one-sided "
                          f"p={format_value(test.p_value)} at level {format_value(test.alpha)} (the target's "
-                         "page budget split over tonight's regression tests)"),
-            detail={"test": test.kind, "nights": test.nights, "p_value": test.p_value, "alpha": test.alpha,
-                    "effect": test.effect, "min_effect": test.min_effect, "baseline": test.baseline,
-                    "n_current": test.n_current, "n_baseline": test.n_baseline, "cells": test.cells,
-                    "most_moved": test.worst_cell, "baseline_runs": test.baseline_runs,
-                    "in_range": in_range[test.key], "drift_since": _when(test.window_start or run.get("started_at"))},
-            site=run.get("site") or "", hold_nights=new_normal_nights))
+                         "page budget split over tonight's regression tests)"
+                         + (f"; families that moved: {', '.join(t.metric for t in paged)} of "
+                            f"{', '.join(sorted(t.metric for t in members))}" if grouped and paged else "")),
+            detail=detail, site=run.get("site") or "", hold_nights=new_normal_nights))
     return observations
 
 
@@ -221,12 +240,47 @@ def evaluate_run(store: Store, config: ProberConfig, run_id: str, sinks: list[Si
     observations = list({obs.identity: obs for obs in observations}.values())
     previous = {row["key"]: row for row in store.alerts(keys=[o.identity for o in observations])}
     now = utcnow()
+    superseded = hand_over(observations, previous, store.alerts(keys=_member_identities(observations)),
+                           run["id"], now)
     rows, events, evaluation = judge(observations, previous, run["id"], now)
+    rows, events = superseded[0] + rows, superseded[1] + events
     evaluation.notes = drift.not_tested + drift.notices
     store.save_alert_changes(rows, events, [sink.name for sink in sinks])
     evaluation.deliveries = deliver_outbox(store, sinks)
     _renew_alertmanager(store, sinks, {r["key"] for r in evaluation.firing} - {r["key"] for r in evaluation.fired_now})
     return evaluation
+
+
+def _member_identities(observations: list[Observation]) -> list[str]:
+    """The identities a page group's families had as alerts of their own (before page groups)."""
+    suffixes = {obs.identity: obs.identity[len(obs.key):] for obs in observations}
+    return [key + suffixes[obs.identity] for obs in observations for key in (obs.detail.get("members") or {}).values()]
+
+
+def hand_over(observations: list[Observation], previous: dict[str, dict[str, Any]],
+              member_rows: list[dict[str, Any]], run_id: str, now: dt.datetime
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A drift alert of a family that now pages in a group (drift.page_group), still firing under
+    the family's own key from before page groups were: the group's alert takes it over (its state,
+    breaks, start and drift_since, so the regression does not page again) unless the group's is
+    firing itself, and the family's row resolves with one event saying which alert took it over.
+    `previous` gains the rows taken over; returns the closed rows and their events."""
+    rows, events = [], []
+    by_key = {row["key"]: row for row in member_rows if row["kind"] == "drift" and row["state"] == "firing"}
+    for obs in observations:
+        suffix = obs.identity[len(obs.key):]
+        for key in (obs.detail.get("members") or {}).values():
+            old = by_key.get(key + suffix)
+            if old is None or old["key"] == obs.identity:
+                continue
+            if (previous.get(obs.identity) or {}).get("state") != "firing":
+                previous[obs.identity] = {**old, "key": obs.identity}
+            closed = {**old, "state": "resolved", "breaks": 0, "resolved_at": now, "updated_at": now,
+                      "last_run_id": run_id, "summary": f"{old['summary']} (now part of {obs.name}: {obs.identity})"}
+            rows.append(closed)
+            events.append({"alert_key": closed["key"], "status": "resolved", "run_id": run_id, "created_at": now,
+                           "payload": event_payload(closed, "resolved", run_id)})
+    return rows, events
 
 
 def judge(observations: list[Observation], previous: dict[str, dict[str, Any]], run_id: str, now: dt.datetime

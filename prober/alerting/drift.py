@@ -32,7 +32,11 @@ policy, measured by bench/alarm_calibration.py (docs/operations.md, "Alerting"):
   and the previous run against the runs before that one, which pages when each of its two nights
   also lies beyond the baseline's 90th percentile on its own (a regression that persists, not one
   wild night), and the slope of the family over the last `baseline_runs` runs (a creep too slow
-  for two nights to show). See WINDOW_BUDGET.
+  for two nights to show), which pages once the latest two nights are also out of the baseline's
+  range (TREND_RECENT_P). See WINDOW_BUDGET.
+- Families that move together page together: the latency families of one probe and label set
+  are one alert (page_group), which names every family of it that moved, and share one family's
+  part of the budget over the effective number of tests they make (group_effective_tests).
 - The budget is split (weighted Bonferroni) over the windows that page and evenly over the night's
   regression families of a target within each: each fires at p <= its share of
   false_pages_per_90_nights / 90, when its effect also reaches the minimum effect for its kind (or
@@ -109,8 +113,12 @@ class DriftTest:
     detectable: float | None = field(default=None, compare=False)
     # the lag-1 autocorrelation of the baseline's nights the test allowed for (latency)
     autocorrelation: float = field(default=0.0, compare=False)
+    # A family of a page group (page_group): the effective number of independent tests its
+    # families make (group_effective_tests); 1: a family that pages alone
+    group_tests: float = field(default=1.0, compare=False)
     # A window of several nights: the largest of its nights' own one-sided p against the window's
-    # baseline (None: not computed, the window's own p was far from any level)
+    # baseline (None: not computed, the window's own p was far from any level). A trend: the
+    # one-sided p of its family's two-night window (None: no such window tonight)
     each_night_p: float | None = field(default=None, compare=False)
     # A slow creep: the slope over the last `nights` runs (stats.trend_p); baseline and current
     # are the fitted line's values at the window's oldest and newest night
@@ -124,9 +132,10 @@ class DriftTest:
     @property
     def persists(self) -> bool:
         """A window that pages (WINDOW_BUDGET), each of its nights beyond the baseline's
-        (1 - EACH_NIGHT_P) quantile towards the bad direction on its own."""
+        (1 - EACH_NIGHT_P) quantile towards the bad direction on its own; a trend, with its
+        family's latest two nights out of the baseline's range (TREND_RECENT_P)."""
         if self.trend:
-            return True            # a slope over weeks of nights: no one night makes it
+            return self.each_night_p is not None and self.each_night_p <= TREND_RECENT_P
         return self.nights == 2 and self.each_night_p is not None and self.each_night_p <= EACH_NIGHT_P
 
     @property
@@ -192,6 +201,13 @@ def min_effect_for(kind: str, metric: str, config: DriftConfig) -> float:
 # family over the last `baseline_runs` runs (TREND_WINDOW), with a fifth of the budget.
 WINDOW_BUDGET = {"two nights": 0.8, "trend": 0.2}
 EACH_NIGHT_P = 0.1
+# A slope fitted on 56 autocorrelated nights reads a wander as a creep: at AR(1) rho 0.8 the trend
+# window alone paged 1 to 2 times per 90 nights, and the alert it opened resolved the next night
+# (its latest nights were within range) and paged again the night after, five pages for one
+# wander (bench/alarm_calibration.py, "low rho 0.8": 71 false pages in 1,800 nights, seed 3). So a
+# trend pages only when the family's latest two nights are also out of the baseline's range, the
+# range whose return resolves the alert (IN_RANGE_P): a creep is paged once it has moved the level.
+TREND_RECENT_P = 0.05
 # A trend is fitted on at least this many runs (fewer: a step tonight has too much leverage).
 FEWEST_TREND_RUNS = 28
 
@@ -209,10 +225,13 @@ def decide(tests: Sequence[DriftTest], config: DriftConfig) -> list[DriftTest]:
     (penalty: a family per setting) does not take the power of the others. Then the minimum effect.
     Notice-only tests are held to the same level, spent on nobody's pager."""
     per_night = config.false_pages_per_90_nights / 90
+    # A page group is one page: its families share one family's part of the budget, divided by the
+    # effective number of tests they make (their nights move together, so a Bonferroni over them
+    # would spend a fraction of it).
     families: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     for test in tests:
         if test.direction != 0:
-            families[(test.target, _paging_window(test), test.probe)].add(test.key)
+            families[(test.target, _paging_window(test), test.probe)].add(page_group(test))
     probes: dict[tuple[str, str], int] = defaultdict(int)
     for target, window_name, _ in families:
         probes[(target, window_name)] += 1
@@ -222,7 +241,7 @@ def decide(tests: Sequence[DriftTest], config: DriftConfig) -> list[DriftTest]:
         windows = {n: share for n, share in WINDOW_BUDGET.items() if probes[(test.target, n)]}
         window = windows.get(name, 0.0) / sum(windows.values()) if windows else 1.0
         alpha = (per_night * window / max(1, probes[(test.target, name)])
-                 / max(1, len(families[(test.target, name, test.probe)])))
+                 / max(1, len(families[(test.target, name, test.probe)])) / max(1.0, test.group_tests))
         floor = min_effect_for(test.kind, test.metric, config)
         # A directional test's p is one-sided towards the bad direction; 1 - p stands for the other
         # tail, so that a large improvement still shows as a notice.
@@ -381,8 +400,63 @@ class BaselineLimits:
 
 
 def family_key(target: str, probe: str, metric: str, labels_key_text: str) -> str:
-    """The alert identity of a family's drift (DriftTest.key), from its labels' key."""
+    """The identity of a family's drift (DriftTest.key), from its labels' key: its alert's, unless
+    the family pages in a group (page_group)."""
     return f"drift|{target}|{probe}|{metric}|{labels_key_text}"
+
+
+# Families that move together page as one alert (issue 30). The latency families of one probe and
+# label set (ttft, itl and e2e; a sweep's capacity) share the night's load: a slow night moved all
+# three and paged three times, so under autocorrelated nights the false pages came in threes
+# (bench/alarm_calibration.py). They page as one alert named LATENCY_GROUP, whose text names every
+# family of it that moved; each family is still tested, and kept out of its baseline, on its own.
+LATENCY_GROUP = "latency"
+
+
+def page_group(test: DriftTest) -> str:
+    """The identity a family's drift pages under: the latency group of its probe and labels for a
+    latency family, else the family's own key."""
+    if test.kind == "latency":
+        return family_key(test.target, test.probe, LATENCY_GROUP, labels_key(test.labels))
+    return test.key
+
+
+def group_effective_tests(series: Sequence[Sequence[float]]) -> float:
+    """The effective number of independent tests that tests of these families make, from their
+    values over the same baseline nights (one sequence per family): Nyholt's 1 + (M - 1)(1 -
+    Var(lambda) / M), lambda the eigenvalues of their correlation matrix. M for uncorrelated
+    families, 1 for families that move as one; M when the nights are too few (fewer than
+    FEWEST_BASELINE_RUNS) or a family does not vary."""
+    m = len(series)
+    if m < 2:
+        return 1.0
+    import numpy as np
+
+    values = np.asarray(series, dtype=np.float64)
+    if values.shape[1] < FEWEST_BASELINE_RUNS or np.any(values.std(axis=1) <= 0):
+        return float(m)
+    eigenvalues = np.linalg.eigvalsh(np.corrcoef(values))
+    return float(min(m, max(1.0, 1 + (m - 1) * (1 - np.var(eigenvalues, ddof=1) / m))))
+
+
+def _with_group_tests(tests: list[DriftTest], history: Mapping[tuple[str, str], Sequence[RunValue | None]],
+                      runs: int) -> list[DriftTest]:
+    """Each grouped family's test with its group's effective number of tests, from the values its
+    families have in common over the two-night window's baseline, the baseline runs after the
+    newest up to `runs` (`history`: per (page group, family key), newest first, None where the run
+    did not measure it). The newest is left out: a regression's first night, one family moved
+    and the others not, would read as families that do not move together on its second."""
+    members: dict[str, dict[str, Sequence[RunValue | None]]] = defaultdict(dict)
+    for (group, key), values in history.items():
+        members[group][key] = values
+    effective = {}
+    for group, found in members.items():
+        if len(found) < 2:
+            continue
+        columns = [i for i in range(1, runs) if all(i < len(v) and v[i] is not None for v in found.values())]
+        effective[group] = group_effective_tests(
+            [[v[i].value for i in columns] for v in found.values()])  # type: ignore[union-attr]
+    return [replace(t, group_tests=effective[page_group(t)]) if page_group(t) in effective else t for t in tests]
 
 
 def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, Any]]],
@@ -401,6 +475,7 @@ def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, 
     needed = max(config.min_baseline_runs, FEWEST_BASELINE_RUNS)
     budget = config.false_pages_per_90_nights / 90      # no test is decided at a laxer level
     tests, short = [], 0
+    grouped: dict[tuple[str, str], Sequence[RunValue | None]] = {}
     for identity, (value, labels) in sorted(current.items()):
         kind, probe, metric, _ = identity
         found_before = [run.get(identity) for run in baseline]
@@ -424,6 +499,9 @@ def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, 
             short += 1
             continue
         tests.append(night_test(kind, target, probe, metric, labels, [value], recent, budget, p_values))
+        if page_group(tests[-1]) != key:
+            grouped[(page_group(tests[-1]), key)] = history
+        latest: float | None = None          # the two-night window's p (what a trend's page needs)
         if previous is not None and len(earlier) >= needed:
             two = night_test(kind, target, probe, metric, labels, [value, previous], earlier, budget, p_values)
             if two.p_value is not None and two.p_value <= budget:
@@ -432,14 +510,14 @@ def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, 
                         for night in (value, previous)]
                 two = replace(two, each_night_p=None if None in each else max(p for p in each if p is not None))
             tests.append(replace(two, window_start=started[0]) if started else two)
+            latest = two.p_value
         if allowed is None and kind in ("latency", "proportion"):
             series = [value, *(h for h in history[:config.baseline_runs - 1] if h is not None)]
             trend = trend_test(kind, target, probe, metric, labels, series)
-            if trend is not None and not p_values:
-                trend = replace(trend, p_value=None)
             if trend is not None:
+                trend = replace(trend, p_value=trend.p_value if p_values else None, each_night_p=latest)
                 tests.append(replace(trend, window_start=started[0]) if started else trend)
-    return tests, short
+    return _with_group_tests(tests, grouped, config.baseline_runs + 1), short
 
 
 # An open drift alert resolves when every test of its family has its one-sided p above this: the
@@ -461,10 +539,12 @@ def limits_from_alerts(alert_rows: Iterable[dict[str, Any]], site: str = "",
         if row.get("kind") != "drift" or (suffix and not key.endswith(suffix)):
             continue
         family = key[:len(key) - len(suffix)] if suffix else key
+        # a group's alert (page_group) holds or re-baselines each of its families
+        members = list((detail.get("members") or {}).values()) or [family]
         if row.get("state") == "firing" and detail.get("drift_since") is not None:
-            drifting[family] = detail["drift_since"]
+            drifting.update(dict.fromkeys(members, detail["drift_since"]))
         elif detail.get("new_normal_since") is not None:
-            held[family] = detail["new_normal_since"]
+            held.update(dict.fromkeys(members, detail["new_normal_since"]))
     return BaselineLimits(drifting, held)
 
 

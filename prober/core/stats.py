@@ -569,12 +569,15 @@ def ar1_coefficient(autocovariance: float, variance: float, k: int) -> float:
     return min(MOST_AUTOCORRELATION, max(0.0, raw + (1 + 4 * max(raw, 0.0)) / k))
 
 
-def ar1_variance_bias(rho: float, k: int) -> float:
+def ar1_variance_bias(rho: float, k: int, signal: float = 1.0) -> float:
     """E[s^2] / sigma^2 for the sample variance of k consecutive AR(1) values: 1 - 2 / (k (k - 1))
-    sum_{j<k} (k - j) rho^j. Dividing s^2 by it estimates a night's own variance."""
+    sum_{j<k} (k - j) rho^j. Dividing s^2 by it estimates a night's own variance. `signal`: the
+    share of the values' variance that is the AR(1) series, the rest independent noise (a night's
+    share is its night effect plus binomial sampling): the lag-j autocorrelation is then
+    signal rho^j, not (signal rho)^j."""
     if rho <= 0 or k < 2:
         return 1.0
-    return max(1e-3, 1 - 2 / (k * (k - 1)) * sum((k - j) * rho ** j for j in range(1, k)))
+    return max(1e-3, 1 - 2 / (k * (k - 1)) * signal * sum((k - j) * rho ** j for j in range(1, k)))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -652,11 +655,14 @@ def trend_p(values: Sequence[float], alternative: str, variance_floor: float = 0
     return TrendTest(p, slope, mean - slope * centre, mean + slope * centre, rho)
 
 
-def ar1_degrees_of_freedom(rho: float, k: int) -> float:
+def ar1_degrees_of_freedom(rho: float, k: int, signal: float = 1.0) -> float:
     """Degrees of freedom of a variance estimated from k AR(1) values: the chi-square that has its
-    relative variance, Var(s^2) about 2 sigma^4 (1 + rho^2) / (k (1 - rho^2)). k - 1 when
-    independent; never below 2."""
-    return max(2.0, k * (1 - rho ** 2) / (1 + rho ** 2) - 1)
+    relative variance, Var(s^2) about 2 sigma^4 (1 + 2 sum_j r_j^2) / k with r_j the lag-j
+    autocorrelation, rho^j: (1 + rho^2) / (1 - rho^2). k - 1 when independent; never below 2.
+    `signal` as in ar1_variance_bias: r_j = signal rho^j."""
+    if rho >= 1:
+        return 2.0
+    return max(2.0, k / (1 + 2 * signal ** 2 * rho ** 2 / (1 - rho ** 2)) - 1)
 
 
 def serial_baseline(baseline: Sequence[float]) -> tuple[float, float, float, float]:
@@ -870,7 +876,12 @@ def share_night_p(successes: int, n: int, base_successes: Sequence[int], base_to
         variance, autocovariance = lag1_autocovariance(shares)
         observed = ar1_coefficient(autocovariance, variance, len(shares))
         rho = min(MOST_AUTOCORRELATION, observed * variance / between) if between > 0 else 0.0
-        bias, most_df = ar1_variance_bias(observed, k), ar1_degrees_of_freedom(observed, k)
+        # The shares' lag-j autocorrelation is (between / variance) rho^j, the night effects' decay
+        # under the sampling noise: taken as observed^j, a wander at rho 0.8 left 19 degrees of
+        # freedom to a dispersion that 56 nights estimate on about 15, and the strict tails paged
+        # (bench/alarm_calibration.py, "low rho 0.8": JSON validity near 0.98)
+        signal = min(1.0, observed / rho) if rho > 0 else 0.0
+        bias, most_df = ar1_variance_bias(rho, k, signal), ar1_degrees_of_freedom(rho, k, signal)
     if terms is not None and len(terms) >= 2:
         # X^2 is phi chi2(df) with df matched to its spread (Satterthwaite): skewed night-to-night
         # variation makes the Pearson terms heavy-tailed and the estimate of phi less certain than

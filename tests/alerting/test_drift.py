@@ -15,10 +15,12 @@ import statsmodels.api as sm
 from prober.alerting.alerts import drift_observations, evaluate_run
 from prober.alerting.baseline import BaselineReads
 from prober.alerting.drift import (
+    TREND_RECENT_P,
     DriftOutcome,
     baseline_resets,
     decide,
     drift_for_run,
+    limits_from_alerts,
     night_test,
     target_tests,
 )
@@ -257,11 +259,12 @@ def test_an_improvement_or_a_move_without_a_bad_direction_is_a_notice_and_never_
     assert not any(t.pages for t in outcome.tests)
     assert len(outcome.notices) == 4 and all(line.startswith("notice: drift: t ") for line in outcome.notices)
     observations = drift_observations(outcome.tests, {"suite": "nightly"})
-    assert [(o.metric, o.broken) for o in observations] == [("ttft_ms", False)]      # modal share: no alert at all
+    # modal share: no alert at all; TTFT's is the latency group's
+    assert [(o.metric, o.broken) for o in observations] == [("latency", False)]
     # The same move upwards is a regression: it pages.
     tests, _ = target_tests("t", run_values(_latency_night(250)), quiet, config)
     assert [(o.metric, o.broken) for o in drift_observations(decide(tests, config), {"suite": "nightly"})] == [
-        ("ttft_ms", True)]
+        ("latency", True)]
 
 
 def test_the_page_budget_is_split_over_windows_probes_and_families_and_adds_up_to_it():
@@ -321,7 +324,13 @@ def test_drift_on_stored_runs_uses_the_previous_complete_runs_of_the_suite_and_t
         evaluation = evaluate_run(store, config, tonight["id"])
     fired = {row["metric"] for row in evaluation.fired_now}
     if shifted:
-        assert fired == {"error_rate", "ttft_ms", "e2e_ms"}       # ITL did not move
+        # TTFT and e2e moved together: one page, the latency group's, naming both (ITL did not move)
+        assert fired == {"error_rate", "latency"}
+        latency = next(row for row in evaluation.fired_now if row["metric"] == "latency")
+        assert latency["name"] == "drift_latency" and latency["detail"]["families"] == ["e2e_ms", "ttft_ms"]
+        assert set(latency["detail"]["members"]) == {"e2e_ms", "itl_ms", "ttft_ms"}
+        assert "ttft_ms" in latency["summary"] and "e2e_ms" in latency["summary"]
+        assert "itl_ms" not in latency["summary"]
         two_nights = {t.metric: t for t in tests if t.nights == 2}
         assert two_nights["ttft_ms"].effect == pytest.approx(1.5, abs=0.1) and two_nights["ttft_ms"].pages
     else:
@@ -405,3 +414,107 @@ def test_the_resets_after_the_drift_tests_select_the_same_baselines_without_read
     assert read_by_the_tests > 0 and store.candidate_reads == read_by_the_tests
     assert expected_resets == (["baseline reset: emu latency.latency: requests 24 -> 48"] if changed else [])
     assert bool(expected_tests.tests) != changed
+
+
+def test_an_open_latency_group_alert_holds_every_family_of_it_out_of_its_baseline():
+    # One alert for the group (ttft, itl, e2e of one probe and labels): while it fires, each family's
+    # nights since the drift began stay out of that family's baseline; its "new normal" re-baselines each.
+    members = {metric: f"drift|t|latency|{metric}|{{}}" for metric in ("e2e_ms", "itl_ms", "ttft_ms")}
+    key = "drift|t|latency|latency|{}|site=fra"
+    firing = {"key": key, "kind": "drift", "state": "firing",
+              "detail": {"drift_since": 40, "families": ["ttft_ms"], "members": members}}
+    limits = limits_from_alerts([firing], "fra")
+    assert limits.drifting == dict.fromkeys(members.values(), 40)
+    assert limits.allowed(members["itl_ms"], "itl_ms", [41, 40, 39]) == [False, False, True]
+    closed = {**firing, "state": "resolved", "detail": {**firing["detail"], "new_normal_since": 40}}
+    limits = limits_from_alerts([closed], "fra")
+    assert limits.drifting == {} and all(limits.accepted_since(k, m) == 40 for m, k in members.items())
+
+
+def _grouped_latency_night(wobble: float, itl_wobble: float, e2e_wobble: float) -> list[dict]:
+    return [{"target": "t", "probe": "latency", "name": name, "value": value * w, "n": 32, "unit": "ms",
+             "labels": {"concurrency": 4}}
+            for name, value, w in (("ttft_p50_ms", 100, wobble), ("itl_p50_ms", 8, itl_wobble),
+                                   ("e2e_p50_ms", 600, e2e_wobble))] + [
+        {"target": "t", "probe": "latency", **share("error_rate", 0, 32, concurrency=4)}]
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_a_page_group_spends_one_familys_share_of_the_budget(together):
+    # ttft, itl and e2e are one page (the latency group): the group gets one family's share of the
+    # latency probe's budget (error rate has the other), divided by the effective number of tests
+    # its families make: about 1 when their nights move together, about 3 when they do not.
+    config = DriftConfig()
+    rng = np.random.default_rng(8)
+    quiet = []
+    for _ in range(config.baseline_runs + 1):
+        w = math.exp(rng.normal(0, 0.1))
+        others = (w, w) if together else (math.exp(rng.normal(0, 0.1)), math.exp(rng.normal(0, 0.1)))
+        quiet.append(run_values(_grouped_latency_night(w, *others)))
+    tests, _ = target_tests("t", run_values(_grouped_latency_night(1, 1, 1)), quiet, config)
+    decided = [t for t in decide(tests, config) if t.nights == 2 and not t.trend]
+    share_of_one = config.false_pages_per_90_nights / 90 * 0.8 / 2       # two families in the probe
+    latency = [t for t in decided if t.kind == "latency"]
+    assert len(latency) == 3 and len({t.group_tests for t in latency}) == 1
+    assert latency[0].group_tests == (pytest.approx(1, abs=0.05) if together else pytest.approx(3, abs=0.5))
+    assert sum(t.alpha * t.group_tests for t in latency) / 3 == pytest.approx(share_of_one)
+    assert [t.alpha for t in decided if t.metric == "error_rate"] == pytest.approx([share_of_one])
+
+
+def test_the_effective_number_of_tests_of_a_group():
+    from prober.alerting.drift import group_effective_tests
+
+    rng = np.random.default_rng(3)
+    night = rng.normal(size=56)
+    assert group_effective_tests([night, 2 * night + 1, night - 3]) == pytest.approx(1)
+    assert group_effective_tests([rng.normal(size=56) for _ in range(3)]) == pytest.approx(3, abs=0.3)
+    assert group_effective_tests([night[:2], night[:2]]) == 2            # too few nights: Bonferroni
+    assert group_effective_tests([night]) == 1
+
+
+@pytest.mark.parametrize("recent", [0.15, -0.12])
+def test_a_trend_pages_only_when_the_latest_nights_are_out_of_range(recent):
+    # A slope fitted on 56 nights: a rise whose latest two nights are off the baseline pages; one
+    # whose latest nights are back within the range that resolves an alert is a notice, so it
+    # cannot page, resolve the next night and page again.
+    config = DriftConfig()
+    rng = np.random.default_rng(9)
+    nights = 2 * config.baseline_runs
+    level = [0.006 * i for i in range(nights)]                              # +0.6% a night, oldest first
+    level[-2:] = [level[-3] + recent] * 2                                  # the last two nights
+    series = [run_values(_latency_night(100 * math.exp(v + rng.normal(0, 0.02)))) for v in level]
+    tests, _ = target_tests("t", series[-1], series[-2::-1][:config.baseline_runs + 1], config)
+    decided = decide(tests, config)
+    trend = next(t for t in decided if t.trend and t.metric == "ttft_ms")
+    two = next(t for t in decided if t.nights == 2 and t.metric == "ttft_ms")
+    assert trend.regressed and trend.each_night_p == two.p_value
+    assert trend.pages == (two.p_value <= TREND_RECENT_P) == (recent > 0), (trend, two)
+
+
+def test_a_family_alert_from_before_page_groups_is_taken_over_by_its_group(tmp_path):
+    # A TTFT drift alert stored under the family's own key (before page groups) still firing: the
+    # latency group's alert takes it over without a new page, and the old row resolves once.
+    config = ProberConfig.model_validate({"drift": {"baseline_runs": 8, "min_baseline_runs": 7}})
+    quiet_ttft = [100, 104, 97, 101, 99, 103, 98, 102]
+    with Store.open(f"sqlite:///{tmp_path / 'p.db'}") as store:
+        for night in range(8):
+            evaluate_run(store, config, _stored_night(store, night, quiet_ttft[night], 0)["id"])
+        first = _stored_night(store, 9, 250, 0)
+        site = f"|site={first['site']}" if first.get("site") else ""
+        old_key = "drift|emu|latency|ttft_ms|{}" + site
+        legacy = {"key": old_key, "kind": "drift", "name": "drift_ttft_ms", "severity": "warning", "target": "emu",
+                  "suite": first["suite"], "probe": "latency", "metric": "ttft_ms", "labels": {}, "state": "firing",
+                  "breaks": 1, "value": 250.0, "summary": "drift: emu latency ttft_ms", "fired_at": first["started_at"],
+                  "resolved_at": None, "updated_at": first["started_at"], "last_run_id": first["id"],
+                  "detail": {"drift_since": first["started_at"].isoformat(), "in_range": False,
+                             "site": first.get("site") or ""}}
+        store.save_alert_changes([legacy], [], [])
+        tonight = _stored_night(store, 10, 250, 0)
+        evaluation = evaluate_run(store, config, tonight["id"])
+        rows = {row["key"]: row for row in store.alerts()}
+        events = store.alert_events(old_key)
+    group = "drift|emu|latency|latency|{}" + site
+    assert evaluation.fired_now == [] and rows[group]["state"] == "firing", evaluation.fired_now
+    assert rows[group]["detail"]["drift_since"] == first["started_at"].isoformat()
+    assert rows[old_key]["state"] == "resolved" and [e["status"] for e in events] == ["resolved"]
+    assert group in rows[old_key]["summary"]

@@ -66,7 +66,7 @@ def test_far_site_runs_are_not_drift_against_the_near_sites_baseline(tmp_path):
         slow = evaluate_run(store, config, "fra-slow")
     assert quiet.firing == [] and quiet.checked > 0
     assert first.fired_now == []
-    assert [(row["metric"], row["detail"]["site"]) for row in slow.fired_now] == [("ttft_ms", "fra")]
+    assert [(row["metric"], row["detail"]["site"]) for row in slow.fired_now] == [("latency", "fra")]
 
 
 def test_an_slo_alert_belongs_to_its_site(tmp_path):

@@ -75,3 +75,32 @@ def test_wilson_interval_is_statsmodels_proportion_confint(k, n):
 
 def test_proportion_of_nothing_is_unknown():
     assert stats.proportion(0, 0) == (None, None, None)
+
+
+def test_ar1_bias_and_degrees_of_freedom_under_sampling_noise():
+    # A share's nights: an AR(1) night effect plus independent binomial noise. With all of the
+    # variance the AR(1) series (signal 1) the plain AR(1) figures; with none of it, independent values.
+    k, rho = 56, 0.8
+    assert stats.ar1_degrees_of_freedom(rho, k, 1.0) == pytest.approx(k * (1 - rho ** 2) / (1 + rho ** 2) - 1)
+    assert stats.ar1_degrees_of_freedom(rho, k, 0.0) == pytest.approx(k - 1)
+    assert stats.ar1_variance_bias(rho, k, 0.0) == 1.0
+    # The lag-j autocorrelation is signal rho^j: more dependent than the observed lag-1 autocorrelation
+    # (signal rho) taken as an AR(1) coefficient says, so fewer degrees of freedom and more bias.
+    observed = 0.86 * rho
+    assert stats.ar1_degrees_of_freedom(rho, k, 0.86) < stats.ar1_degrees_of_freedom(observed, k) - 3
+    assert stats.ar1_variance_bias(rho, k, 0.86) < stats.ar1_variance_bias(observed, k)
+    # against a simulation: E[s^2] over many series of AR(1) plus noise
+    import numpy as np
+
+    rng = np.random.default_rng(4)
+    signal, runs = 0.86, 4000
+    effects = np.empty((runs, k))
+    effects[:, 0] = rng.standard_normal(runs)
+    for i in range(1, k):
+        effects[:, i] = rho * effects[:, i - 1] + math.sqrt(1 - rho ** 2) * rng.standard_normal(runs)
+    values = math.sqrt(signal) * effects + math.sqrt(1 - signal) * rng.standard_normal((runs, k))
+    s2 = values.var(axis=1, ddof=1)
+    assert s2.mean() == pytest.approx(stats.ar1_variance_bias(rho, k, signal), abs=0.01)
+    # and the spread of s^2: a chi-square on the stated degrees of freedom has relative variance 2 / df
+    df = stats.ar1_degrees_of_freedom(rho, k, signal)
+    assert (s2.var() / s2.mean() ** 2) == pytest.approx(2 / df, rel=0.2)
