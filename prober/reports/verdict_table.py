@@ -108,6 +108,15 @@ def _metric_name(name: str, labels: dict[str, Any] | None) -> str:
     return f"{name} {{{shown}}}" if shown else name
 
 
+def _drifted(alert: FiringAlert) -> str:
+    """What a drift alert says moved: its family, or for the alert of families that page together
+    (a probe's latency families) those of them that moved, `ttft_ms+e2e_ms`."""
+    moved = alert.detail.get("families")
+    if isinstance(moved, list) and moved and all(isinstance(name, str) for name in moved):
+        return "+".join(moved)
+    return alert.metric
+
+
 def _value_text(m: LatestMetric) -> str:
     unit = f" {m.unit}" if m.unit else ""
     return f"{fmt(m.value)}{unit} (95% CI {interval_text(m.ci_low, m.ci_high, m.flags)})"
@@ -154,7 +163,7 @@ def _row(verdicts: Verdicts, target: str, site: str, seen: Sequence[_Seen], sect
     if state == verdicts.DRIFTING and drift_alerts:
         alert = drift_alerts[0]
         latest = _latest_metric(sections, alert.metric, alert.labels)
-        row.metric, row.labels = _metric_name(alert.metric, alert.labels), alert.labels
+        row.metric, row.labels = _metric_name(_drifted(alert), alert.labels), alert.labels
         row.change = alert.summary + (f"; now {_value_text(latest)}" if latest is not None else "")
         first = _run_at(seen, alert.fired_at)
         row.since_run, row.since_at = first.run_id, first.started_at
