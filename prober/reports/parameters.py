@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic
+
 from prober.core.probe_registry import probe_class
 
 
@@ -47,7 +49,7 @@ def _defaults(probe: str) -> dict[str, str]:
         return {}
     try:
         return {name: _json(value) for name, value in params().model_dump(mode="json").items()}
-    except Exception:      # (a required parameter: then nothing is known to be a default)
+    except pydantic.ValidationError:      # (a required parameter: nothing is known to be a default)
         return {}
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from prober.core.probe_registry import metric_family
 from prober.reports.plots import Band, MetricSeries, Plot
+from prober.reports.svg import fmt
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,13 @@ class AlertOnTrend:
     detail: dict[str, Any]
 
 
+def moved_families(detail: dict[str, Any]) -> list[str]:
+    """The families that moved, as the alert of families that page together (a probe's latency
+    families, prober.alerting.drift.page_group) stores them; [] for any other alert."""
+    moved = detail.get("families")
+    return [name for name in moved if isinstance(name, str)] if isinstance(moved, list) else []
+
+
 def names_trend(alert: AlertOnTrend, probe: str, title: str) -> bool:
     """Whether `alert` is about the trend of metric `title` of `probe`: it names that metric, or a
     family that reads it, itself or (an alert for a group of families that page together, such
@@ -42,10 +50,8 @@ def names_trend(alert: AlertOnTrend, probe: str, title: str) -> bool:
         return True
     if alert.probe and alert.probe != probe:
         return False
-    moved = alert.detail.get("families")
-    names = [alert.metric, *(moved if isinstance(moved, list) else [])]
-    for name in names:
-        family = metric_family(probe, name) if isinstance(name, str) else None
+    for name in [alert.metric, *moved_families(alert.detail)]:
+        family = metric_family(probe, name)
         if family is not None and family.name == name and family.reads(title):
             return True
     return False
@@ -83,13 +89,9 @@ def _band(alert: AlertOnTrend, series: Sequence[MetricSeries], title: str) -> Ba
     if not values:
         return None
     low, high = min(values), max(values)
-    label = (f"baseline of {alert.name}: {_number(low)} to {_number(high)}, the range of the last {runs} "
+    label = (f"baseline of {alert.name}: {fmt(low)} to {fmt(high)}, the range of the last {runs} "
              f"value(s) before the drift began ({since:%Y-%m-%d %H:%M} UTC)")
     return Band(low, high, min(starts), label)
-
-
-def _number(value: float) -> str:
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def add_guides(plot: Plot, probe: str, series: Sequence[MetricSeries], alerts: Sequence[AlertOnTrend]) -> bool:
@@ -107,7 +109,7 @@ def add_guides(plot: Plot, probe: str, series: Sequence[MetricSeries], alerts: S
             band = _band(alert, series, plot.title)
         threshold, comparator = alert.detail.get("threshold"), alert.detail.get("comparator")
         if alert.kind == "slo" and isinstance(threshold, (int, float)) and not isinstance(threshold, bool):
-            level = (float(threshold), f"SLO {alert.name}: healthy when {comparator} {_number(threshold)}")
+            level = (float(threshold), f"SLO {alert.name}: healthy when {comparator} {fmt(threshold)}")
             if level not in levels:
                 levels.append(level)
         if alert.fired_at is not None:

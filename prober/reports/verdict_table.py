@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from prober.reports.plots import label_text
 from prober.reports.svg import fmt, interval_text
+from prober.reports.trend_guides import moved_families
 
 if TYPE_CHECKING:
     from prober.reports.collect import FiringAlert, LatestMetric, Report, Section, Verdicts
@@ -111,10 +112,7 @@ def _metric_name(name: str, labels: dict[str, Any] | None) -> str:
 def _drifted(alert: FiringAlert) -> str:
     """What a drift alert says moved: its family, or for the alert of families that page together
     (a probe's latency families) those of them that moved, `ttft_ms+e2e_ms`."""
-    moved = alert.detail.get("families")
-    if isinstance(moved, list) and moved and all(isinstance(name, str) for name in moved):
-        return "+".join(moved)
-    return alert.metric
+    return "+".join(moved_families(alert.detail)) or alert.metric
 
 
 def _value_text(m: LatestMetric) -> str:
