@@ -119,12 +119,14 @@ class Probe(abc.ABC, Generic[P]):
 
     def charts(self, latest: Sequence[dict[str, Any]]) -> list[Chart]:
         """The charts of this probe's report section, given the latest run's metric rows of one
-        target; the report leaves out a chart none of whose metrics is there."""
+        target; the report leaves out a chart none of whose metrics is there. The rows' labels
+        may be shared between rows: read them, do not change them."""
         return []
 
     def examples(self, samples: Sequence[SampleRow]) -> list[NotableSample]:
         """Stored outputs worth a human look among one run's successful final samples of one
-        target, most telling first; the report shows the first few, and failed requests itself."""
+        target, most telling first; the report shows the first few, and failed requests itself.
+        Rows with the same JSON (labels, request bodies) may share it: read it, do not change it."""
         return []
 
 

@@ -453,9 +453,15 @@ class Store:
         return writer
 
     def samples(self, run_id: str, probe: str | None = None, target: str | None = None,
-                entry: str | None = None) -> list[SampleRow]:
-        """The run's samples in the order they were written."""
-        query = sa.select(samples).where(samples.c.run_id == run_id).order_by(samples.c.id)
+                entry: str | None = None, *, shared_json: bool = False) -> list[SampleRow]:
+        """The run's samples in the order they were written. `shared_json`: rows with the same
+        JSON text (a fleet's targets get the same request bodies and labels) share one decoded
+        object, for a caller that only reads them."""
+        if shared_json:
+            query = sa.select(*[_as_json_text(column) for column in samples.columns])
+        else:
+            query = sa.select(samples)
+        query = query.where(samples.c.run_id == run_id).order_by(samples.c.id)
         if probe is not None:
             query = query.where(samples.c.probe == probe)
         if target is not None:
@@ -463,7 +469,11 @@ class Store:
         if entry is not None:
             query = query.where(samples.c.entry == entry)
         with self._engine.connect() as conn:
-            return [cast(SampleRow, dict(row._mapping)) for row in conn.execute(query)]
+            result = conn.execute(query)
+            if shared_json:
+                return [cast(SampleRow, row) for row in _json_decoded(list(result.keys()), result, samples, {},
+                                                                      shared=True)]
+            return [cast(SampleRow, dict(row._mapping)) for row in result]
 
     def samples_frame(self, run_id: str, probe: str | None = None, target: str | None = None,
                       expand: Iterable[str] = ("labels",)) -> pandas.DataFrame:
