@@ -35,6 +35,7 @@ from prober.core.records import SampleRow, labels_key, utcnow
 from prober.reports.calibration import CALIBRATION_SUITE, Overhead, host_calibration
 from prober.reports.examples import Example, pick_examples
 from prober.reports.parameters import EntryParameters, entry_parameters
+from prober.reports.period_summaries import PeriodRequest, period_summaries
 from prober.reports.plots import MetricSeries, Plot, Point, point, suite_plots, trend_plots
 from prober.reports.run_lines import provenance_lines
 from prober.reports.trend_guides import AlertOnTrend, add_guides
@@ -355,6 +356,7 @@ class _Period:
     end: dt.datetime
     run_ids: tuple[str, ...]
     at: dt.datetime               # the middle of its runs
+    weeks: tuple[tuple[str, ...], ...] = ()    # its runs, week by week (what a kept summary covers)
 
 
 def _periods(older: Sequence[RunInfo]) -> list[_Period]:
@@ -372,25 +374,36 @@ def _periods(older: Sequence[RunInfo]) -> list[_Period]:
     for index, members in sorted(groups.items()):
         start = _MONDAY + index * period
         first, last = members[0].started_at, members[-1].started_at
-        found.append(_Period(start, start + period, tuple(r.id for r in members), first + (last - first) / 2))
+        weekly: dict[int, list[str]] = defaultdict(list)
+        for run in members:
+            weekly[(run.started_at - _MONDAY) // _WEEK].append(run.id)
+        found.append(_Period(start, start + period, tuple(r.id for r in members), first + (last - first) / 2,
+                             tuple(tuple(ids) for _, ids in sorted(weekly.items()))))
     return found
 
 
 def _summaries(store: Store, periods_of: dict[tuple[str, str, str], list[_Period]]
                ) -> dict[tuple[str, str, str], list[PeriodSummary]]:
-    """Each section's metrics, one summary per period and metric, aggregated by the database. The
-    targets of a suite mostly ran in the same runs, so a period is one store call for all of them."""
+    """Each section's metrics, one summary per period and metric (prober/reports/period_summaries.py:
+    kept in the store once aggregated). The targets of a suite mostly ran in the same runs, so a
+    period is one request for all of them."""
     targets_of: dict[_Period, list[tuple[str, str, str]]] = defaultdict(list)
     for key, periods in periods_of.items():
         for period in periods:
             targets_of[period].append(key)
     found: dict[tuple[str, str, str], list[PeriodSummary]] = {key: [] for key in periods_of}
-    for period, keys in targets_of.items():
-        by_target = {key[0]: key for key in keys}       # (one suite and site per period: its runs are theirs)
-        for row in store.metric_summary(period.run_ids, list(by_target)):
-            row[_SERIES] = _series_key(row)
-            found[by_target[row["target"]]].append(
-                PeriodSummary(period.start, period.end, period.at, len(period.run_ids), row))
+    # (one suite and site per period: its runs are theirs)
+    requests = [PeriodRequest(keys[0][1], keys[0][2], tuple(key[0] for key in keys), period.weeks)
+                for period, keys in targets_of.items()]
+    series: dict[tuple[str, str, int], tuple[str, str, str]] = {}      # (the rows share their labels)
+    for (period, keys), summarized in zip(targets_of.items(), period_summaries(store, requests), strict=True):
+        for key in keys:
+            for row in summarized[key[0]]:
+                shared = (row["probe"], row["name"], id(row["labels"]))       # (alive while the rows are)
+                if shared not in series:
+                    series[shared] = _series_key(row)
+                row[_SERIES] = series[shared]
+                found[key].append(PeriodSummary(period.start, period.end, period.at, len(period.run_ids), row))
     for summaries in found.values():
         summaries.sort(key=lambda summary: summary.start)     # stable: each period's rows keep their order
     return found

@@ -174,11 +174,16 @@ def categories(rows: Sequence[Mapping[str, Any]], name: str, x: str, title: str,
 
 def over_time(history: Sequence[MetricSeries], name: str, title: str, y_label: str) -> Plot | None:
     """A trend chart: metric `name` per run, one series per label set (the first MAX_TREND_SERIES)."""
-    chosen = [s for s in history if s.name == name and s.points]
+    return _over_time([s for s in history if s.name == name], title, y_label)
+
+
+def _over_time(named: Sequence[MetricSeries], title: str, y_label: str) -> Plot | None:
+    """over_time of the series of one metric name."""
+    chosen = [s for s in named if s.points]
     if not chosen:
         return None
     shown = chosen[:MAX_TREND_SERIES]
-    marks = sorted(dict.fromkeys(mark for s in history if s.name == name for mark in s.marks))
+    marks = sorted(dict.fromkeys(mark for s in named for mark in s.marks))
     return Plot(title=title, x_label="run started (UTC)", y_label=y_label, x_kind="time",
                 series=[PlotSeries(label_text(s.labels) or s.name, s.points) for s in shown],
                 y_unit=shown[0].unit or "", omitted_series=len(chosen) - len(shown), marks=marks)
@@ -220,6 +225,7 @@ def suite_plots(probe: str, latest: Sequence[dict[str, Any]], history: Sequence[
 
 def trend_plots(history: Sequence[MetricSeries]) -> list[Plot]:
     """One trend chart per metric name that has a value in at least one run."""
-    names = dict.fromkeys(s.name for s in history if s.points)
-    return [plot for name in names
-            if (plot := over_time(history, name, name, name)) is not None]
+    named: dict[str, list[MetricSeries]] = defaultdict(list)     # (grouped once: a probe has dozens of names)
+    for series in history:
+        named[series.name].append(series)
+    return [plot for name, group in named.items() if (plot := _over_time(group, name, name)) is not None]

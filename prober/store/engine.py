@@ -9,10 +9,11 @@ If "database is locked" still surfaces, `write_transaction` retries the whole tr
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -144,13 +145,16 @@ def is_transient(exc: sa.exc.DBAPIError) -> bool:
     return any(text in message for text in ("database is locked", "database is busy", "database table is locked"))
 
 
-def write_transaction(engine: sa.Engine, work: Callable[..., T], *args: Any, retry_for: float = WRITE_RETRY_S) -> T:
-    """Run `work(conn, *args)` in one write transaction, retrying it whole while the error is transient."""
+def write_transaction(engine: sa.Engine, work: Callable[..., T], *args: Any, retry_for: float = WRITE_RETRY_S,
+                      lock_wait: float | None = None) -> T:
+    """Run `work(conn, *args)` in one write transaction, retrying it whole while the error is transient.
+    `lock_wait`: on SQLite, how long one attempt waits for the write lock (default: the busy
+    timeout the store was opened with), for a write that had better give up than wait long."""
     deadline = time.monotonic() + retry_for
     delay = 0.02
     while True:
         try:
-            with engine.connect() as conn:
+            with engine.connect() as conn, _lock_wait(conn, lock_wait):
                 conn.execution_options(**{_WRITE: True})
                 with conn.begin():
                     return work(conn, *args)
@@ -159,3 +163,20 @@ def write_transaction(engine: sa.Engine, work: Callable[..., T], *args: Any, ret
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
+
+
+@contextlib.contextmanager
+def _lock_wait(conn: sa.Connection, seconds: float | None) -> Iterator[None]:
+    """The SQLite connection's busy timeout set to `seconds` meanwhile (a pooled connection gets
+    its own back)."""
+    if seconds is None or conn.dialect.name != "sqlite":
+        yield
+        return
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    before = raw.execute("PRAGMA busy_timeout").fetchone()[0]
+    raw.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+    try:
+        yield
+    finally:
+        raw.execute(f"PRAGMA busy_timeout = {int(before)}")

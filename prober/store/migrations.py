@@ -329,6 +329,18 @@ def _m013_run_values(conn: sa.Connection) -> None:
     md.create_all(conn)
 
 
+def _m014_run_summaries(conn: sa.Connection) -> None:
+    """run_summaries: a report's summaries of sets of runs, kept under a digest of the runs
+    (prober/store/schema.py says why)."""
+    md = sa.MetaData()
+    sa.Table(
+        "run_summaries", md,
+        sa.Column("key", sa.Text, primary_key=True),
+        sa.Column("body", sa.Text, nullable=False),
+    )
+    md.create_all(conn)
+
+
 # Append new migrations here; never edit or reorder the ones above.
 MIGRATIONS: list[Migration] = [
     _m001_initial,
@@ -344,6 +356,7 @@ MIGRATIONS: list[Migration] = [
     _m011_sample_ttft_answer,
     _m012_baseline_accepts,
     _m013_run_values,
+    _m014_run_summaries,
 ]
 
 

@@ -141,6 +141,17 @@ run_values = sa.Table(
     sa.Column("body", sa.Text, nullable=False),          # JSON: entry -> its families' values
 )
 
+# What a report draws of a set of runs (a week, or a period of weeks, of one target, suite and
+# site): per metric, the count, min, max and mean of its values over those runs, kept under a
+# digest of what it summarizes (prober/reports/period_summaries.py). Derived, never the truth, and
+# never stale: another set of runs has another key. A year's report then reads a few hundred of
+# these rather than aggregating three million metric rows.
+run_summaries = sa.Table(
+    "run_summaries", metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("body", sa.Text, nullable=False),          # JSON: the summary rows
+)
+
 ALERT_STATES = ("ok", "pending", "firing", "resolved")
 
 # One row per alert identity (an SLO rule on one target/probe/label set, or one drift test).

@@ -39,6 +39,7 @@ from prober.store.schema import (
     metrics,
     run_entries,
     run_targets,
+    run_summaries,
     run_values,
     runs,
     samples,
@@ -58,6 +59,9 @@ _SAMPLE_BATCH = 500
 # samples filled the disk must still be able to record that it failed and why. A few pages of WAL
 # (4 KiB each, plus frame headers) hold that commit.
 _FINAL_WRITE_RESERVE = 64 * 1024
+# How long a report waits for the write lock to keep its summaries: they are a cache, and a run
+# writing its samples must not hold a report up for the store's usual half minute.
+SUMMARY_WRITE_RETRY_S = 2.0
 
 
 @translating_errors   # a database error leaves any method as a StoreError (prober/store/errors.py)
@@ -396,6 +400,36 @@ class Store:
                                                for run_id, target, form, body in rows])
         write_transaction(self._engine, work)
 
+    def kept_summaries(self, keys: Collection[str]) -> dict[str, str]:
+        """key -> the body kept under it (JSON text), for the keys that have one
+        (prober/reports/period_summaries.py)."""
+        found: dict[str, str] = {}
+        query = sa.select(run_summaries.c.key, run_summaries.c.body)
+        with self._engine.connect() as conn:
+            for chunk in _chunks(sorted(keys)):
+                found.update((key, body) for key, body in conn.execute(query.where(run_summaries.c.key.in_(chunk))))
+        return found
+
+    def keep_summaries(self, bodies: dict[str, str]) -> bool:
+        """Keep these summaries (key -> body), if the store lets us: a report that cannot (a store
+        it may only read, a writer holding the lock for long) derives them again next time. A key
+        another report kept meanwhile holds the same body, and stays. False when nothing was kept."""
+        if not bodies:
+            return True
+
+        def work(conn: sa.Connection) -> None:
+            held = set()
+            for chunk in _chunks(sorted(bodies)):
+                held.update(conn.execute(sa.select(run_summaries.c.key).where(run_summaries.c.key.in_(chunk))).scalars())
+            fresh = [{"key": key, "body": body} for key, body in bodies.items() if key not in held]
+            if fresh:
+                conn.execute(run_summaries.insert(), fresh)
+        try:
+            write_transaction(self._engine, work, retry_for=SUMMARY_WRITE_RETRY_S, lock_wait=SUMMARY_WRITE_RETRY_S)
+        except sa.exc.DBAPIError:
+            return False
+        return True
+
     def latest_complete_runs(self, *, since: dt.datetime | None = None, target: str | None = None,
                              run_id: str | None = None) -> dict[tuple[str, str, str], str]:
         """(target, suite, site) -> id of the newest run from that site in which that target
@@ -724,22 +758,24 @@ class Store:
                                       "run_status": own.get((run.id, name), run.status)})
         return found
 
-    def metric_summary(self, run_ids: Sequence[str], targets: Sequence[str]) -> list[dict[str, Any]]:
+    def metric_summary(self, run_ids: Sequence[str], targets: Sequence[str], *,
+                       labels_text: bool = False) -> list[dict[str, Any]]:
         """Per target of `targets` and metric (probe, name, labels) over these runs, computed by the
         database: `count` of finite values, their `low`, `high` and `mean`, and the `unit`. Labels
-        come back decoded. A report summarizes the older part of a long window with it, never
-        loading its rows: one call for every target whose runs of a period are the same ones."""
+        come back decoded (as the JSON text stored with `labels_text`). A report summarizes the
+        older part of a long window with it, never loading its rows: one call for every target
+        whose runs of a period are the same ones."""
         value = metrics.c.value
         finite: sa.ColumnElement[bool] = value.is_not(None)
         if self._engine.dialect.name == "postgresql":   # SQLite stores no NaN or infinity; PostgreSQL does
             finite = sa.and_(finite, value.not_in([math.nan, math.inf, -math.inf]))
-        labels_text = sa.cast(metrics.c.labels, sa.Text)
-        query = (sa.select(metrics.c.target, metrics.c.probe, metrics.c.name, labels_text.label("labels"),
+        labels_stored = sa.cast(metrics.c.labels, sa.Text)
+        query = (sa.select(metrics.c.target, metrics.c.probe, metrics.c.name, labels_stored.label("labels"),
                            sa.func.max(metrics.c.unit).label("unit"), sa.func.count(value).label("count"),
                            sa.func.min(value).label("low"), sa.func.max(value).label("high"),
                            sa.func.avg(value).label("mean"))
                  .where(finite)
-                 .group_by(metrics.c.target, metrics.c.probe, metrics.c.name, labels_text))
+                 .group_by(metrics.c.target, metrics.c.probe, metrics.c.name, labels_stored))
         found: dict[tuple[str, str, str, str | None], dict[str, Any]] = {}
         decoded: dict[str, Any] = {}        # the same label sets come back for every target
         with self._engine.connect() as conn:
@@ -751,6 +787,9 @@ class Store:
                     key = (row.target, row.probe, row.name, row.labels)
                     seen = found.get(key)
                     if seen is None:
+                        if labels_text:
+                            found[key] = {**row._mapping}
+                            continue
                         if row.labels and row.labels not in decoded:
                             decoded[row.labels] = json.loads(row.labels)
                         found[key] = {**row._mapping, "labels": decoded[row.labels] if row.labels else None}

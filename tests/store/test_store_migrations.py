@@ -49,7 +49,7 @@ def test_new_database_gets_the_whole_schema(store_url):
         assert set(sa.inspect(engine).get_table_names()) == {"runs", "samples", "metrics", "schema_migrations",
                                                               "alerts", "alert_events", "alert_deliveries",
                                                               "run_targets", "run_entries", "store_identity",
-                                                              "baseline_accepts", "run_values"}
+                                                              "baseline_accepts", "run_values", "run_summaries"}
         assert _columns(engine, "runs") == RUN_COLUMNS
         assert _columns(engine, "samples") == SAMPLE_COLUMNS
         assert _columns(engine, "metrics") == METRIC_COLUMNS
@@ -67,7 +67,8 @@ def test_new_database_gets_the_whole_schema(store_url):
                                                                (10, "m010_alert_site"),
                                                                (11, "m011_sample_ttft_answer"),
                                                                (12, "m012_baseline_accepts"),
-                                                               (13, "m013_run_values")]
+                                                               (13, "m013_run_values"),
+                                                               (14, "m014_run_summaries")]
         assert schema_version(engine) == len(MIGRATIONS)
     finally:
         engine.dispose()
