@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import math
+from collections.abc import Iterable
 from html import escape
 
 from prober.core.stats import INTERVAL_UNBOUNDED
@@ -74,7 +75,8 @@ class _XScale:
         xs += [plot.band.start] if plot.band else []
         if self.kind == "category":
             self.categories = list(dict.fromkeys(str(x) for x in xs))
-        self.values = sorted({self._raw(x) for x in xs})
+        # (a chart's series share their runs' times: each distinct x is mapped once)
+        self.values = sorted({self._raw(x) for x in dict.fromkeys(xs)})
         low, high = self.values[0], self.values[-1]
         if high == low:
             pad = 3600.0 if self.kind == "time" else 1.0
@@ -82,6 +84,7 @@ class _XScale:
         if self.kind == "category":
             low, high = -0.5, len(self.categories) - 0.5
         self.low, self.high, self.left, self.right = low, high, left, right
+        self._pixels: dict[float | str | dt.datetime, float] = {}
 
     def _raw(self, x: float | str | dt.datetime) -> float:
         if self.kind == "category":
@@ -94,6 +97,11 @@ class _XScale:
 
     def __call__(self, x: float | str | dt.datetime) -> float:
         return self.left + (self._raw(x) - self.low) / (self.high - self.low) * (self.right - self.left)
+
+    def pixels(self, xs: Iterable[float | str | dt.datetime]) -> list[float]:
+        """The pixel of each x, each distinct x of the chart computed once."""
+        memo = self._pixels
+        return [memo[x] if x in memo else memo.setdefault(x, self(x)) for x in xs]
 
     def ticks(self) -> list[tuple[float, str]]:
         """(pixel, label) pairs."""
@@ -190,7 +198,8 @@ def render(plot: Plot) -> str:
     draw_bands = plot.x_kind != "category" and len(plot.series) <= 2 and not plot.compact
     for i, series in enumerate(plot.series):
         color = COLORS[i % len(COLORS)]
-        points = [(x_scale(p.x) + offsets[i], p) for p in series.points]
+        points = [(x + offsets[i], p) for x, p in zip(x_scale.pixels(p.x for p in series.points), series.points,
+                                                           strict=True)]
         bounded = [] if plot.compact else [(x, p.low, p.high) for x, p in points
                                            if p.low is not None and p.high is not None]
         if draw_bands and len(bounded) >= 2:
