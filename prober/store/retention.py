@@ -26,6 +26,12 @@ from prober.store.schema import runs, samples
 _VACUUM_STEP_PAGES = 4096
 # More of the file free than this after a prune (the first prune of a long history): one VACUUM.
 _FULL_VACUUM_SHARE = 0.1
+# SQLite, while pruning: a page cache, and a write-ahead log between checkpoints, large enough that
+# deleting a year's samples neither reads its pages from the OS again and again (the default cache
+# is 2 MB) nor checkpoints, an fsync each, every 4 MB of changed pages. Measured on 60 nights of 20
+# targets at 2 sites (344,080 samples, 1.8 GB): the first prune 20.4 -> 13.1 s wall.
+_PRUNE_CACHE_KIB = 65536
+_PRUNE_CHECKPOINT_PAGES = 16384
 
 
 @dataclass
@@ -75,13 +81,25 @@ def _still_finished(conn: sa.Connection, run_id: str) -> bool:
     return conn.execute(sa.select(runs.c.status).where(runs.c.id == run_id)).scalar() not in (None, "running")
 
 
+def _roomy(conn: sa.Connection) -> None:
+    """The connection's SQLite cache and checkpoint interval for pruning (_PRUNE_CACHE_KIB); a
+    pooled connection keeps them, which costs a command that prunes nothing but some memory."""
+    if conn.dialect.name == "sqlite":
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        raw.execute(f"PRAGMA cache_size = -{_PRUNE_CACHE_KIB}")
+        raw.execute(f"PRAGMA wal_autocheckpoint = {_PRUNE_CHECKPOINT_PAGES}")
+
+
 def _delete_samples(conn: sa.Connection, run_id: str) -> int:
+    _roomy(conn)
     if not _still_finished(conn, run_id):
         return 0
     return conn.execute(samples.delete().where(samples.c.run_id == run_id)).rowcount
 
 
 def _clear_outputs(conn: sa.Connection, run_id: str) -> int:
+    _roomy(conn)
     if not _still_finished(conn, run_id):
         return 0
     return conn.execute(samples.update().where(samples.c.run_id == run_id, samples.c.output_text.is_not(None))
@@ -104,6 +122,7 @@ def reclaim(engine: sa.Engine, freed_rows: int = 0) -> str:
     raw = engine.raw_connection()
     try:
         cursor = raw.cursor()   # the driver connection is in autocommit mode (prober/store/engine.py)
+        cursor.execute(f"PRAGMA cache_size = -{_PRUNE_CACHE_KIB}")      # (VACUUM copies every live page)
         how = "incremental vacuum"
         free = cursor.execute("PRAGMA freelist_count").fetchone()[0]
         pages = cursor.execute("PRAGMA page_count").fetchone()[0]
