@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -381,6 +381,7 @@ class Row:
     rss_mb: float | None = None
     note: str = ""
     cpu_s: float | None = None
+    sites: int = 0
 
 
 def _measured(backend: str, what: str, argv: Sequence[str], workdir: Path, note: str = "") -> Row:
@@ -421,16 +422,35 @@ def bench_backend(backend: str, url: str, workdir: Path, nights: int, targets: i
     first.note = f"{after / 1e6:,.0f} MB, {after / 1e6 / nights:.2f} MB/night" + first.note
     # The next night's prune: one more night falls out of the default 14 days' samples.
     nightly = _measured(backend, "prune nightly", [*prune, "--samples-older-than", "13d"], workdir)
-    return [*rows, first, nightly]
+    return [replace(row, sites=sites) for row in [*rows, first, nightly]]
+
+
+def print_scaling(rows: Sequence[Row]) -> None:
+    """Per backend and command, CPU seconds at each number of sites and the growth per site: the
+    CPU seconds at the most sites over those at the fewest, divided by the ratio of sites (1.00:
+    linear in the sites; under 1: less, the fixed cost of imports and the runs list)."""
+    counts = sorted({row.sites for row in rows if row.sites})
+    if len(counts) < 2:
+        return
+    print(f"\n{'backend':<10} {'what':<32} " + " ".join(f"{f'CPU s x{n}':>10}" for n in counts) + "  growth per site")
+    measured: dict[tuple[str, str], dict[int, float]] = {}
+    for row in rows:
+        if row.sites and row.cpu_s is not None:
+            measured.setdefault((row.backend, row.what), {})[row.sites] = row.cpu_s
+    for (backend, what), by_sites in measured.items():
+        cells = " ".join(f"{by_sites[n]:10.2f}" if n in by_sites else f"{'':>10}" for n in counts)
+        few, most = min(by_sites), max(by_sites)
+        growth = (by_sites[most] / by_sites[few]) / (most / few) if most > few and by_sites[few] else float("nan")
+        print(f"{backend:<10} {what:<32} {cells}  {growth:.2f}")
 
 
 def print_table(rows: Sequence[Row]) -> None:
-    print(f"{'backend':<10} {'what':<32} {'wall s':>8} {'CPU s':>7} {'peak MB':>8}  note")
+    print(f"{'backend':<10} {'sites':>5} {'what':<32} {'wall s':>8} {'CPU s':>7} {'peak MB':>8}  note")
     for row in rows:
         wall = "" if row.wall_s is None else f"{row.wall_s:8.2f}"
         cpu = "" if row.cpu_s is None else f"{row.cpu_s:7.2f}"
         rss = "" if row.rss_mb is None else f"{row.rss_mb:8.0f}"
-        print(f"{row.backend:<10} {row.what:<32} {wall:>8} {cpu:>7} {rss:>8}  {row.note}")
+        print(f"{row.backend:<10} {row.sites or '':>5} {row.what:<32} {wall:>8} {cpu:>7} {rss:>8}  {row.note}")
 
 
 def closing_line(rows: Sequence[Row]) -> str:
@@ -449,7 +469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nights", type=int, default=365)
     parser.add_argument("--targets", type=int, default=20)
-    parser.add_argument("--sites", type=int, default=2, help="sites probing every target each night")
+    parser.add_argument("--sites", default="2", help="sites probing every target each night; a list (1,2,4) "
+                        "measures each in its own store and prints how each command grows with the sites")
     parser.add_argument("--backends", default="sqlite,postgresql", help="sqlite, postgresql or both")
     parser.add_argument("--template", help="store URL holding a complete nightly run (default: run one now)")
     parser.add_argument("--workdir", type=Path, help="keep the stores here (default: a temporary directory); "
@@ -457,7 +478,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip", action="append", default=[], metavar="PREFIX",
                         help="leave out the commands whose row starts with this (e.g. report); repeatable")
     args = parser.parse_args(argv)
-    if args.nights < 1 or args.targets < 1 or not 1 <= args.sites <= 26:
+    try:
+        site_counts = sorted({int(part) for part in args.sites.split(",") if part.strip()})
+    except ValueError:
+        parser.error(f"--sites {args.sites!r}: a number of sites, or a list such as 1,2,4")
+    if args.nights < 1 or args.targets < 1 or not site_counts or not all(1 <= n <= 26 for n in site_counts):
         parser.error("--nights and --targets must be at least 1, --sites 1 to 26")
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not set(backends) <= {"sqlite", "postgresql"}:
@@ -471,19 +496,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     cluster = None
     try:
         for backend in backends:
-            if backend == "sqlite":
-                url = f"sqlite:///{workdir / 'history.db'}"
-            else:
+            if backend == "postgresql":
                 from tests.support.postgres import PostgresCluster
 
                 cluster = PostgresCluster()
                 cluster.start()
-                url = cluster.create_database("history_scale")
-            rows += bench_backend(backend, url, workdir, args.nights, args.targets, template, args.skip, args.sites)
+            for sites in site_counts:
+                # (one store per number of sites; a single count keeps the names it always had)
+                suffix = "" if len(site_counts) == 1 else f"_{sites}sites"
+                url = (f"sqlite:///{workdir / f'history{suffix}.db'}" if backend == "sqlite" else
+                       cluster.create_database(f"history_scale{suffix}"))
+                where = workdir if len(site_counts) == 1 else workdir / f"{sites}sites"
+                where.mkdir(exist_ok=True)
+                rows += bench_backend(backend, url, where, args.nights, args.targets, template, args.skip, sites)
     finally:
         if cluster is not None:
             cluster.stop()
     print_table(rows)
+    print_scaling(rows)
     print(closing_line(rows))
     return 0
 

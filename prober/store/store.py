@@ -38,8 +38,8 @@ from prober.store.schema import (
     alerts,
     metrics,
     run_entries,
-    run_targets,
     run_summaries,
+    run_targets,
     run_values,
     runs,
     samples,
@@ -418,7 +418,7 @@ class Store:
             return True
 
         def work(conn: sa.Connection) -> None:
-            held = set()
+            held: set[str] = set()
             for chunk in _chunks(sorted(bodies)):
                 held.update(conn.execute(sa.select(run_summaries.c.key).where(run_summaries.c.key.in_(chunk))).scalars())
             fresh = [{"key": key, "body": body} for key, body in bodies.items() if key not in held]
