@@ -237,6 +237,18 @@ def _series_key(row: dict[str, Any]) -> tuple[str, str, str]:
 _SERIES = "_series_key"
 
 
+def _key_series(rows: Sequence[dict[str, Any]]) -> None:
+    """Give each row its series key. Rows of one label set share their labels (the store decodes
+    each text once), so a key is computed once per probe, name and label set: a section's two
+    hundred series recur in each of its runs, and a key per row was a tenth of a fleet report."""
+    keys: dict[tuple[str, str, int], tuple[str, str, str]] = {}
+    for row in rows:
+        shared = (row["probe"], row["name"], id(row["labels"]))     # (`rows` keeps every labels object alive)
+        if shared not in keys:
+            keys[shared] = _series_key(row)
+        row[_SERIES] = keys[shared]
+
+
 def _latest_run(runs: list[RunInfo]) -> RunInfo:
     """The newest complete run; the newest run of any status when none completed."""
     complete = [r for r in runs if r.status == "complete"]
@@ -395,15 +407,11 @@ def _summaries(store: Store, periods_of: dict[tuple[str, str, str], list[_Period
     # (one suite and site per period: its runs are theirs)
     requests = [PeriodRequest(keys[0][1], keys[0][2], tuple(key[0] for key in keys), period.weeks)
                 for period, keys in targets_of.items()]
-    series: dict[tuple[str, str, int], tuple[str, str, str]] = {}      # (the rows share their labels)
     for (period, keys), summarized in zip(targets_of.items(), period_summaries(store, requests), strict=True):
         for key in keys:
-            for row in summarized[key[0]]:
-                shared = (row["probe"], row["name"], id(row["labels"]))       # (alive while the rows are)
-                if shared not in series:
-                    series[shared] = _series_key(row)
-                row[_SERIES] = series[shared]
-                found[key].append(PeriodSummary(period.start, period.end, period.at, len(period.run_ids), row))
+            _key_series(summarized[key[0]])
+            found[key] += [PeriodSummary(period.start, period.end, period.at, len(period.run_ids), row)
+                           for row in summarized[key[0]]]
     for summaries in found.values():
         summaries.sort(key=lambda summary: summary.start)     # stable: each period's rows keep their order
     return found
@@ -433,17 +441,11 @@ def load_window(store: Store, since: dt.datetime | None = None, target: str | No
     sections = {}
     for (target_name, suite_name, site_name), runs in runs_of.items():
         order = {run.id: (i, run) for i, run in enumerate(_detail_runs(runs, latest_only))}
-        # (the rows of one label set share its labels: a run's 200 series recur in each of its runs,
-        # and a key per row was a tenth of a fleet report)
         rows = store.metrics_of_runs(list(order), target_name, shared_json=True)
-        keys: dict[tuple[str, str, int], tuple[str, str, str]] = {}
         for row in rows:
             run = order[row["run_id"]][1]
             row.update(suite=suite_name, run_started_at=run.started_at, run_status=run.status, run_site=site_name)
-            shared = (row["probe"], row["name"], id(row["labels"]))     # (alive while `rows` is)
-            if shared not in keys:
-                keys[shared] = _series_key(row)
-            row[_SERIES] = keys[shared]
+        _key_series(rows)
         rows.sort(key=lambda row: order[row["run_id"]][0])      # stable: each run's rows keep their order
         sections[(target_name, suite_name, site_name)] = SectionHistory(target_name, suite_name, site_name, runs, rows)
     summaries = _summaries(store, {key: [] if latest_only else _periods(history.runs[:-DETAIL_RUNS])
