@@ -107,8 +107,16 @@ def csv_text(rows: Sequence[Sequence[Any]],
     `converters`: by column index, what makes that column's cells instead of `column_cells`."""
     if not rows:
         return ""
+    return csv_lines(list(zip(*rows, strict=True)), converters)
+
+
+def csv_lines(columns: Sequence[Sequence[Any]],
+              converters: Mapping[int, Callable[[Sequence[Any]], list[str]]] | None = None) -> str:
+    """As `csv_text`, given the table as its columns (each as long as the first)."""
+    if not columns or not len(columns[0]):
+        return ""
     convert = converters or {}
-    columns = [convert.get(index, column_cells)(values) for index, values in enumerate(zip(*rows, strict=True))]
-    if len(columns) == 1:                           # csv.writer quotes a lone empty field: the line is not empty
-        columns = [['""' if cell == "" else cell for cell in columns[0]]]
-    return "\r\n".join(map(",".join, zip(*columns, strict=True))) + "\r\n"
+    cells = [convert.get(index, column_cells)(values) for index, values in enumerate(columns)]
+    if len(cells) == 1:                             # csv.writer quotes a lone empty field: the line is not empty
+        cells = [['""' if cell == "" else cell for cell in cells[0]]]
+    return "\r\n".join(map(",".join, zip(*cells, strict=True))) + "\r\n"
