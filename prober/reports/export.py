@@ -115,15 +115,17 @@ def _stream_csv(batches: Batches, path: Path, decoded: Collection[str] = ()) -> 
     samples of a week of a fleet never sit in memory at once. `decoded`: the columns read as JSON
     text that are written as their decoded values are (metrics' labels and flags, as sorted JSON)."""
     memo: dict[str | None, Any] = {}
-    with path.open("w", newline="", encoding="utf-8") as file:
+    # UTF-8 bytes to a binary file, a batch a write: a text file's encoder cost three times as much
+    # (for the same bytes: no newline translation either way)
+    with path.open("wb") as file:
         header = False
         for names, columns in batches:
             if not header:
-                file.write(csv_text([names]))
+                file.write(csv_text([names]).encode())
                 header = True
                 converters = {index: partial(_each_distinct, memo=memo, convert=_csv_json)
                               for index, name in enumerate(names) if name in decoded}
-            file.write(csv_lines(columns, converters))
+            file.write(csv_lines(columns, converters).encode())
 
 
 # Distinct JSON texts kept decoded and written (a fleet's label sets number hundreds): past this
