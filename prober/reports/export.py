@@ -107,7 +107,7 @@ def _regrouped(batches: Batches, size: int) -> Iterator[tuple[list[str], list[Se
             group = [kept[size:] for kept in group]
             held -= size
     if held:
-        yield names, group, held
+        yield names, list(group), held
 
 
 def _stream_csv(batches: Batches, path: Path, decoded: Collection[str] = ()) -> None:

@@ -102,7 +102,7 @@ def metric_columns(engine: sa.Engine, *, since: dt.datetime | None = None, targe
                            runs.c.site, runs.c.batch).order_by(runs.c.started_at, runs.c.id))
         for run, suite, started, finished, status, site, run_batch in conn.execute(_filtered(query, since, run_id)):
             own = dict(conn.execute(sa.select(run_targets.c.target, run_targets.c.status)
-                                    .where(run_targets.c.run_id == run)).tuples().all())
+                                    .where(run_targets.c.run_id == run)).all())
             for rows in _fetched(conn, sql, (run,) if target is None else (run, target), batch):
                 columns = _converted(rows, convert)
                 count = len(rows)
@@ -112,7 +112,7 @@ def metric_columns(engine: sa.Engine, *, since: dt.datetime | None = None, targe
                               [site] * count, [run_batch] * count]
 
 
-def _fetched(conn: sa.Connection, sql: str, params: tuple[Any, ...], size: int | None) -> Iterator[list[Any]]:
+def _fetched(conn: sa.Connection, sql: str, params: tuple[Any, ...], size: int | None) -> Iterator[Sequence[Any]]:
     """The rows of driver SQL as the driver's own tuples (no Row objects), all at once (`size`
     None) or `size` at a time; a driver error leaves as SQLAlchemy's, as through `conn.execute`."""
     dbapi = conn.dialect.loaded_dbapi
@@ -132,7 +132,7 @@ def _fetched(conn: sa.Connection, sql: str, params: tuple[Any, ...], size: int |
 
 def _window_runs(conn: sa.Connection, since: dt.datetime | None, run_id: str | None) -> list[Any]:
     query = sa.select(runs.c.id, runs.c.suite, runs.c.site).order_by(runs.c.started_at, runs.c.id)
-    return list(conn.execute(_filtered(query, since, run_id)).tuples())
+    return list(conn.execute(_filtered(query, since, run_id)))
 
 
 def _filtered(query: sa.Select[Any], since: dt.datetime | None, run_id: str | None) -> sa.Select[Any]:
