@@ -2,9 +2,10 @@
 warehouses. One file each: samples.<ext> and metrics.<ext>, with the run's suite on every row.
 Written without pandas, which the core install leaves out: CSV by prober/reports/csv_text.py (the
 bytes csv.writer writes, a column at a time), Parquet by pyarrow (the parquet extra). Both stream:
-rows are read a run at a time, in batches of value rows (no dict per row), and written as they come
-(Parquet in row groups of PARQUET_BATCH_ROWS, its schema fixed from the store's column kinds), so
-memory holds a batch whatever the window (a month of a fleet's samples is gigabytes as objects).
+rows are read a run at a time, in batches handed over as columns (prober/store/export_reads.py reads
+the driver's own rows: no dict, no Row per row), and written as they come (Parquet in row groups of
+PARQUET_BATCH_ROWS, its schema fixed from the store's column kinds), so memory holds a batch
+whatever the window (a month of a fleet's samples is gigabytes as objects).
 
 JSON columns (labels, usage, request bodies, ...) are written as JSON text: their keys differ from
 row to row, and text reads back the same from CSV and Parquet alike (`json.loads` it). Both get

@@ -805,7 +805,6 @@ class Store:
                     values = result.all()
                     yield names, _scalars_decoded(values, texts)
 
-
     def sample_export_columns(self, *, since: dt.datetime | None = None, target: str | None = None,
                               run_id: str | None = None) -> Iterator[export_reads.ColumnBatch]:
         """The rows of `sample_history_batches(json_text=True)` as (column names, a sequence of values
