@@ -104,3 +104,24 @@ def test_metric_columns_are_the_typed_rows(store: Store, filters: dict) -> None:
     statuses = {(row[names.index("run_id")], row[names.index("target")]): row[names.index("run_status")]
                 for row in found}
     assert statuses.get(("newer", "b"), "failed") == "failed" and statuses.get(("newer", "a"), "running") == "running"
+
+
+@pytest.mark.unit
+def test_a_database_error_leaves_as_the_stores_error(tmp_path) -> None:
+    # the column reads run the driver's SQL on its own cursor: its errors still become StoreError
+    from prober.store import StoreError
+
+    opened = Store.open(f"sqlite:///{tmp_path / 'prober.db'}")
+    try:
+        opened.create_run(Run(id="r", suite="s", started_at=NOW, prober_version="t", config_hash="x", host="h",
+                              pid=1, targets=["a"]))
+        with opened.engine.begin() as conn:
+            conn.exec_driver_sql("ALTER TABLE samples RENAME TO samples_gone")
+        with pytest.raises(StoreError, match="no such table: samples"):
+            list(opened.sample_export_columns())
+        with opened.engine.begin() as conn:
+            conn.exec_driver_sql("ALTER TABLE metrics RENAME TO metrics_gone")
+        with pytest.raises(StoreError, match="no such table: metrics"):
+            list(opened.metric_export_columns())
+    finally:
+        opened.close()
