@@ -66,6 +66,12 @@ def column_cells(values: Sequence[Any]) -> list[str]:
     few distinct values (a run id, a target, a run's start on each of its metrics) converts each
     of them once. (Not numbers: 0, 0.0, -0.0 and False are equal keys with different texts.)"""
     kinds = set(map(type, values))
+    # a column of one value (a batch's run, suite, site, protocol; an absent error): converted
+    # once. Equal values of these types have equal texts; of others (0.0 and -0.0, equal instants
+    # in other zones) only the very same object is the same value.
+    if (len(kinds) == 1 and len(values) > 1 and values[-1] is values[0] and values.count(values[0]) == len(values)
+            and (kinds <= _EQUAL_TEXTS or len(set(map(id, values))) == 1)):
+        return _converted(values[:1], kinds) * len(values)
     keys = values if kinds <= _TEXT else _time_keys(values) if kinds <= _TIMES else None
     # judged on the column's first values: hashing a column of distinct request bodies to find
     # that out would cost more than converting it
@@ -78,6 +84,7 @@ def column_cells(values: Sequence[Any]) -> list[str]:
 
 
 _TEXT = frozenset({str, _NONE})
+_EQUAL_TEXTS = frozenset({str, int, bool, _NONE})
 _SAMPLE = 32
 _TIMES = frozenset({dt.datetime, _NONE})
 
@@ -107,8 +114,16 @@ def csv_text(rows: Sequence[Sequence[Any]],
     `converters`: by column index, what makes that column's cells instead of `column_cells`."""
     if not rows:
         return ""
+    return csv_lines(list(zip(*rows, strict=True)), converters)
+
+
+def csv_lines(columns: Sequence[Sequence[Any]],
+              converters: Mapping[int, Callable[[Sequence[Any]], list[str]]] | None = None) -> str:
+    """As `csv_text`, given the table as its columns (each as long as the first)."""
+    if not columns or not len(columns[0]):
+        return ""
     convert = converters or {}
-    columns = [convert.get(index, column_cells)(values) for index, values in enumerate(zip(*rows, strict=True))]
-    if len(columns) == 1:                           # csv.writer quotes a lone empty field: the line is not empty
-        columns = [['""' if cell == "" else cell for cell in columns[0]]]
-    return "\r\n".join(map(",".join, zip(*columns, strict=True))) + "\r\n"
+    cells = [convert.get(index, column_cells)(values) for index, values in enumerate(columns)]
+    if len(cells) == 1:                             # csv.writer quotes a lone empty field: the line is not empty
+        cells = [['""' if cell == "" else cell for cell in cells[0]]]
+    return "\r\n".join(map(",".join, zip(*cells, strict=True))) + "\r\n"

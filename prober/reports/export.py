@@ -2,9 +2,10 @@
 warehouses. One file each: samples.<ext> and metrics.<ext>, with the run's suite on every row.
 Written without pandas, which the core install leaves out: CSV by prober/reports/csv_text.py (the
 bytes csv.writer writes, a column at a time), Parquet by pyarrow (the parquet extra). Both stream:
-rows are read a run at a time, in batches of value rows (no dict per row), and written as they come
-(Parquet in row groups of PARQUET_BATCH_ROWS, its schema fixed from the store's column kinds), so
-memory holds a batch whatever the window (a month of a fleet's samples is gigabytes as objects).
+rows are read a run at a time, in batches handed over as columns (prober/store/export_reads.py reads
+the driver's own rows: no dict, no Row per row), and written as they come (Parquet in row groups of
+PARQUET_BATCH_ROWS, its schema fixed from the store's column kinds), so memory holds a batch
+whatever the window (a month of a fleet's samples is gigabytes as objects).
 
 JSON columns (labels, usage, request bodies, ...) are written as JSON text: their keys differ from
 row to row, and text reads back the same from CSV and Parquet alike (`json.loads` it). Both get
@@ -29,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from prober.core.extras import require_extra
-from prober.reports.csv_text import csv_cell, csv_text
+from prober.reports.csv_text import csv_cell, csv_lines, csv_text
 from prober.store import Store
 
 TABLE_FORMATS = ("csv", "parquet")
-# (column names, a batch of value rows in that order): what the store's *_history_batches yield.
-Batches = Iterable[tuple[list[str], Sequence[Sequence[Any]]]]
+# (column names, a batch as one sequence of values per column): what the store's *_export_columns yield.
+Batches = Iterable[tuple[list[str], list[Sequence[Any]]]]
 
 
 # Rows per Parquet row group: a few MB of samples in memory at a time, however long the window.
@@ -68,13 +69,15 @@ def _stream_parquet(batches: Batches, kinds: dict[str, str], path: Path, decoded
     json_names = {name for name, kind in kinds.items() if kind == "json"}
     memo: dict[str | None, Any] = {}
 
-    def write(writer: Any, names: list[str], group: list[Sequence[Any]]) -> None:
-        # column by column: a list per column and one pyarrow conversion each, not a call per cell
-        columns = dict(zip(names, map(list, zip(*group, strict=True)), strict=True))
+    def write(writer: Any, names: list[str], columns: list[Sequence[Any]], count: int) -> None:
+        # a list per column and one pyarrow conversion each, not a call per cell
+        by_name = dict(zip(names, columns, strict=True))
         arrays = []
         for field in schema:
-            values = columns.get(field.name, [None] * len(group))
-            if field.name in decoded:
+            values = by_name.get(field.name)
+            if values is None:
+                values = [None] * count
+            elif field.name in decoded:
                 values = _each_distinct(values, memo, _parquet_json)
             elif field.name in json_names and not set(map(type, values)) <= {str, type(None)}:
                 values = [value if value is None or isinstance(value, str) else _json_text(value) for value in values]
@@ -82,21 +85,30 @@ def _stream_parquet(batches: Batches, kinds: dict[str, str], path: Path, decoded
         writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
 
     with pq.ParquetWriter(path, schema) as writer:
-        for names, group in _regrouped(batches, PARQUET_BATCH_ROWS):
-            write(writer, names, group)
+        for names, columns, count in _regrouped(batches, PARQUET_BATCH_ROWS):
+            write(writer, names, columns, count)
 
 
-def _regrouped(batches: Batches, size: int) -> Iterator[tuple[list[str], list[Sequence[Any]]]]:
-    """The rows of `batches` in groups of `size` (the last smaller), whatever size the store's were."""
-    group: list[Sequence[Any]] = []
+def _regrouped(batches: Batches, size: int) -> Iterator[tuple[list[str], list[Sequence[Any]], int]]:
+    """The rows of `batches` in groups of `size` (the last smaller), whatever size the store's were:
+    (names, columns, rows)."""
+    group: list[list[Any]] = []
     names: list[str] = []
-    for names, rows in batches:
-        group.extend(rows)
-        while len(group) >= size:
-            yield names, group[:size]
-            group = group[size:]
-    if group:
-        yield names, group
+    held = 0
+    for names, columns in batches:
+        if not columns or not len(columns[0]):
+            continue
+        if not group:
+            group = [[] for _ in columns]
+        for kept, values in zip(group, columns, strict=True):
+            kept.extend(values)
+        held += len(columns[0])
+        while held >= size:
+            yield names, [kept[:size] for kept in group], size
+            group = [kept[size:] for kept in group]
+            held -= size
+    if held:
+        yield names, list(group), held
 
 
 def _stream_csv(batches: Batches, path: Path, decoded: Collection[str] = ()) -> None:
@@ -104,15 +116,17 @@ def _stream_csv(batches: Batches, path: Path, decoded: Collection[str] = ()) -> 
     samples of a week of a fleet never sit in memory at once. `decoded`: the columns read as JSON
     text that are written as their decoded values are (metrics' labels and flags, as sorted JSON)."""
     memo: dict[str | None, Any] = {}
-    with path.open("w", newline="", encoding="utf-8") as file:
+    # UTF-8 bytes to a binary file, a batch a write: a text file's encoder cost three times as much
+    # (for the same bytes: no newline translation either way)
+    with path.open("wb") as file:
         header = False
-        for names, rows in batches:
+        for names, columns in batches:
             if not header:
-                file.write(csv_text([names]))
+                file.write(csv_text([names]).encode())
                 header = True
                 converters = {index: partial(_each_distinct, memo=memo, convert=_csv_json)
                               for index, name in enumerate(names) if name in decoded}
-            file.write(csv_text(rows, converters))
+            file.write(csv_lines(columns, converters).encode())
 
 
 # Distinct JSON texts kept decoded and written (a fleet's label sets number hundreds): past this
@@ -148,9 +162,8 @@ def export_tables(store: Store, fmt: str, out_dir: Path, *, since: dt.datetime |
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     tables: tuple[tuple[str, Callable[[], Batches]], ...] = (
-        ("samples", lambda: store.sample_history_batches(since=since, run_id=run_id, target=target, json_text=True)),
-        ("metrics", lambda: store.metric_history_batches(since=since, run_id=run_id, target=target,
-                                                         json_text=True)))
+        ("samples", lambda: store.sample_export_columns(since=since, run_id=run_id, target=target)),
+        ("metrics", lambda: store.metric_export_columns(since=since, run_id=run_id, target=target)))
     for name, read in tables:
         path = out_dir / f"{name}.{fmt}"
         # the metrics' JSON is read as the stored text (samples': objects and arrays only)

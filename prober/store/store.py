@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from prober.core.errors import ConfigError
 from prober.core.records import Metric, Run, SampleRow, completed_targets, utcnow
 from prober.core.redact import redact_text, redact_value
-from prober.store import accepts
+from prober.store import accepts, export_reads
 from prober.store.coltypes import UTCDateTime
 from prober.store.engine import open_engine, redacted, write_transaction
 from prober.store.errors import translating_errors
@@ -853,6 +853,18 @@ class Store:
                     texts = [index for index, name in enumerate(names) if json_text and _is_json(samples, name)]
                     values = result.all()
                     yield names, _scalars_decoded(values, texts)
+
+    def sample_export_columns(self, *, since: dt.datetime | None = None, target: str | None = None,
+                              run_id: str | None = None) -> Iterator[export_reads.ColumnBatch]:
+        """The rows of `sample_history_batches(json_text=True)` as (column names, a sequence of values
+        per column), read through the driver's rows: what `prober export` writes
+        (prober/store/export_reads.py)."""
+        yield from export_reads.sample_columns(self._engine, since=since, target=target, run_id=run_id)
+
+    def metric_export_columns(self, *, since: dt.datetime | None = None, target: str | None = None,
+                              run_id: str | None = None) -> Iterator[export_reads.ColumnBatch]:
+        """The rows of `metric_history_batches(json_text=True)` as `sample_export_columns` gives them."""
+        yield from export_reads.metric_columns(self._engine, since=since, target=target, run_id=run_id)
 
 
 def _scalars_decoded(rows: Sequence[Sequence[Any]], texts: Sequence[int]) -> Sequence[Sequence[Any]]:
