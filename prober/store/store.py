@@ -23,7 +23,6 @@ from prober.core.errors import ConfigError
 from prober.core.records import Metric, Run, SampleRow, completed_targets, utcnow
 from prober.core.redact import redact_text, redact_value
 from prober.store import accepts, export_reads
-from prober.store.coltypes import UTCDateTime
 from prober.store.engine import open_engine, redacted, write_transaction
 from prober.store.errors import translating_errors
 from prober.store.migrations import migrate
@@ -813,8 +812,8 @@ class Store:
         joined = {"samples": {"suite": "text", "run_site": "text"},
                   "metrics": {"suite": "text", "run_started_at": "time", "run_finished_at": "time",
                               "run_status": "text", "run_site": "text", "run_batch": "text"}}[table]
-        return {**{column.name: _kind(column.type) for column in (samples if table == "samples" else metrics).columns},
-                **joined}
+        table_of = samples if table == "samples" else metrics
+        return {**{column.name: export_reads.kind_of(column.type) for column in table_of.columns}, **joined}
 
     def iter_sample_history(self, *, since: dt.datetime | None = None, target: str | None = None,
                             suite: str | None = None, run_id: str | None = None,
@@ -884,17 +883,6 @@ def _scalars_decoded(rows: Sequence[Sequence[Any]], texts: Sequence[int]) -> Seq
                 row[index] = json.loads(row[index])
         decoded.append(row)
     return decoded
-
-
-def _kind(column_type: sa.types.TypeEngine[Any]) -> str:
-    if isinstance(column_type, sa.types.JSON):
-        return "json"
-    if isinstance(column_type, UTCDateTime):
-        return "time"
-    for kind, types in (("bool", sa.Boolean), ("int", sa.Integer), ("float", sa.Float)):
-        if isinstance(column_type, types):
-            return kind
-    return "text"
 
 
 def _is_json(table: sa.Table, name: str) -> bool:
