@@ -305,6 +305,9 @@ def commands(config: Path, out: Path, target: str, newest_run: str) -> dict[str,
         # every nightly report does, keeps them and redraws their verdict and banner)
         "report --since 30d (first)": [*prober, "report", "--since", "30d", "--out", str(out / "report30"), *cfg],
         "report --since 30d": [*prober, "report", "--since", "30d", "--out", str(out / "report30"), *cfg],
+        # (the first report over a year also aggregates and keeps every week's summaries, once;
+        # prober/reports/period_summaries.py)
+        "report --since 365d (first)": [*prober, "report", "--since", "365d", "--out", str(out / "report365"), *cfg],
         "report --since 365d": [*prober, "report", "--since", "365d", "--out", str(out / "report365"), *cfg],
         f"history {HISTORY_METRIC} 365d": history,
         f"history {HISTORY_METRIC} 365d --all": [*history, "--all"],
