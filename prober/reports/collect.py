@@ -417,6 +417,11 @@ def _summaries(store: Store, periods_of: dict[tuple[str, str, str], list[_Period
     return found
 
 
+# The text columns of a metric row whose values recur in every run: one object each in the window
+# (a fleet's month is 120,000 rows; six copies of their texts were a fifth of a report's memory).
+_REPEATED = ("probe", "name", "unit", "entry")
+
+
 def _detail_runs(runs: list[RunInfo], latest_only: bool) -> list[RunInfo]:
     """The runs read row by row: the newest DETAIL_RUNS, or only those from the newest complete
     run on (the one a section judges, `_latest_run`)."""
@@ -439,12 +444,17 @@ def load_window(store: Store, since: dt.datetime | None = None, target: str | No
         runs_of[(pair["target"], pair["suite"], pair["run_site"] or "")].append(
             RunInfo(pair["run_id"], pair["run_started_at"], pair["run_status"]))
     sections = {}
+    texts: dict[str | None, str | None] = {}
     for (target_name, suite_name, site_name), runs in runs_of.items():
         order = {run.id: (i, run) for i, run in enumerate(_detail_runs(runs, latest_only))}
         rows = store.metrics_of_runs(list(order), target_name, shared_json=True)
         for row in rows:
             run = order[row["run_id"]][1]
-            row.update(suite=suite_name, run_started_at=run.started_at, run_status=run.status, run_site=site_name)
+            row.update(run_id=run.id, target=target_name, suite=suite_name, run_started_at=run.started_at,
+                       run_status=run.status, run_site=site_name)
+            for column in _REPEATED:     # (the driver gives each row its own copy of each text)
+                text = row[column]
+                row[column] = texts.setdefault(text, text)
         _key_series(rows)
         rows.sort(key=lambda row: order[row["run_id"]][0])      # stable: each run's rows keep their order
         sections[(target_name, suite_name, site_name)] = SectionHistory(target_name, suite_name, site_name, runs, rows)
@@ -666,6 +676,10 @@ def collect(store: Store, verdicts: Verdicts, since: dt.datetime | None = None,
                            latest_id=run.id if run is not None else None, examples=examples)
         section.site, section.anchor = key[2], names[anchor_keys[key]]
         sections.append(section)
+    # (the latest runs' samples gave the examples; the run pages cut from the same window read none,
+    # and a fleet's two latest runs are some 20 MB of them)
+    for looked in [looked for looked in window.looked_up if looked[0] == "samples"]:
+        del window.looked_up[looked]
     report = Report(generated_at=utcnow(), since=since, target=target, store_url=store.url, sections=sections,
                     firing=every_firing, run=run, batch=batch)
     if run is None:

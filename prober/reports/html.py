@@ -7,7 +7,7 @@ access as a second line of defence.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -83,6 +83,13 @@ def render_html(report: Report, root: str = "", page_key: str = "") -> str:
     `page_key`: what a run's page was drawn from, kept in the page (prober/reports/site.py)."""
     return _ENV.get_template("report.html.j2").render(report=report, firing=report.firing, root=root,
                                                       verdicts=report.verdicts, page_key=page_key)
+
+
+def html_pieces(report: Report, root: str = "") -> Iterator[str]:
+    """render_html's page in pieces, for writing as they come: a fleet's latest page is some 14 MB,
+    held once as its pieces and again as their join."""
+    return _ENV.get_template("report.html.j2").generate(report=report, firing=report.firing, root=root,
+                                                        verdicts=report.verdicts, page_key="")
 
 
 def render_now(firing: Sequence[FiringAlert], verdicts: Sequence[VerdictRow], root: str) -> str:

@@ -111,17 +111,22 @@ def period_summaries(store: Store, requests: Sequence[PeriodRequest]) -> list[di
                 add(keys[target], combined([parsed[week[target]] for week in weeks]))
     store.keep_summaries(fresh)
     decoded: dict[str, Any] = {}
+    texts: dict[str, str] = {}
     found = []
     for request, keys in zip(requests, period_keys, strict=True):
-        found.append({target: [_row(target, row, decoded) for row in parsed[keys[target]]]
+        found.append({target: [_row(target, row, decoded, texts) for row in parsed[keys[target]]]
                       for target in request.targets})
     return found
 
 
-def _row(target: str, row: SummaryRow, decoded: dict[str, Any]) -> dict[str, Any]:
+def _row(target: str, row: SummaryRow, decoded: dict[str, Any], texts: dict[str, str]) -> dict[str, Any]:
+    """A summary row as a dict; the texts that recur (labels, probe, name, unit) one object each
+    (a year of a fleet is a hundred thousand of these rows)."""
     probe, name, labels, unit, count, low, high, mean = row
     if labels is not None and labels not in decoded:
         decoded[labels] = json.loads(labels)
-    return {"target": target, "probe": probe, "name": name, "labels": decoded[labels] if labels is not None else None,
-            "unit": unit, "count": count, "low": low, "high": high, "mean": mean}
+    return {"target": target, "probe": texts.setdefault(probe, probe), "name": texts.setdefault(name, name),
+            "labels": decoded[labels] if labels is not None else None,
+            "unit": unit if unit is None else texts.setdefault(unit, unit),
+            "count": count, "low": low, "high": high, "mean": mean}
 

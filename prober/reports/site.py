@@ -21,13 +21,13 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prober.reports.collect import FiringAlert, Report, Verdicts, Window, collect, load_window, run_page_name
-from prober.reports.html import render_html, render_index, render_now
+from prober.reports.html import html_pieces, render_html, render_index, render_now
 from prober.reports.run_lines import target_states
 from prober.reports.verdict_table import VerdictRow
 from prober.store import Store
@@ -83,9 +83,15 @@ def site_index(report: Report, runs: list[dict[str, Any]], paged: set[str] | Non
     return index
 
 
-def _write(path: Path, text: str) -> None:
+def _write(path: Path, text: str | Iterable[str]) -> None:
+    """Write the page (its text, or its pieces as they come) beside `path`, then move it there: a
+    reader never sees half a page."""
     partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text, encoding="utf-8")
+    with partial.open("w", encoding="utf-8") as out:
+        if isinstance(text, str):
+            out.write(text)
+        else:
+            out.writelines(text)
     partial.replace(path)
 
 
@@ -177,7 +183,7 @@ def write_site(store: Store, verdicts: Verdicts, report: Report, out_dir: Path, 
     for stale in pages.glob("*.html"):   # runs that left the window or the newest: the index no longer links them
         if stale.name not in written:
             stale.unlink()
-    _write(out_dir / "latest.html", render_html(report))
+    _write(out_dir / "latest.html", html_pieces(report))
     index = out_dir / "index.html"
     _write(index, render_index(site_index(report, runs, {run["id"] for run in paged}), report.firing,
                                     report.verdicts))
