@@ -866,21 +866,32 @@ def beta_binomial_tails(successes: int, n: int, mean: float, variance_factors: S
     factor alone did."""
     if alternative not in ("two-sided", "greater", "less"):
         raise ValueError(f"alternative must be two-sided, greater or less, not {alternative!r}")
-    if not 0 < mean < 1 or n <= 0:
-        raise ValueError("need 0 < mean < 1 and n > 0")
+    return beta_binomial_tails_at(successes, n, [mean] * len(variance_factors), variance_factors, alternative)
+
+
+def beta_binomial_tails_at(successes: int, n: int, means: Sequence[float], variance_factors: Sequence[float],
+                           alternative: str = "two-sided") -> list[float]:
+    """beta_binomial_tails with a mean of its own for each factor (serial_share's prediction
+    differs with the dispersion it is made at)."""
+    if alternative not in ("two-sided", "greater", "less"):
+        raise ValueError(f"alternative must be two-sided, greater or less, not {alternative!r}")
     import numpy as np
     from scipy.special import bdtr, bdtrc, betaln, gammaln
 
+    centre = np.asarray(means, dtype=np.float64)
+    if n <= 0 or np.any(centre <= 0) or np.any(centre >= 1):
+        raise ValueError("need 0 < mean < 1 and n > 0")
     factors = np.asarray(variance_factors, dtype=np.float64)
     upper, lower = np.empty(len(factors)), np.empty(len(factors))
     binomial = (factors <= 1 + 1e-9) | (n == 1)
     if binomial.any():
-        upper[binomial] = 1.0 if successes <= 0 else float(bdtrc(successes - 1, n, mean))
-        lower[binomial] = float(bdtr(successes, n, mean)) if successes < n else 1.0
+        upper[binomial] = 1.0 if successes <= 0 else bdtrc(successes - 1, n, centre[binomial])
+        lower[binomial] = bdtr(successes, n, centre[binomial]) if successes < n else 1.0
     if not binomial.all():
         # (s + n) / (s + 1) = variance_factor for a beta(mean s, (1 - mean) s) mixing distribution.
         factor = np.minimum(factors[~binomial], n - 1e-6)[:, None]
         strength = (n - factor) / (factor - 1)
+        mean = centre[~binomial][:, None]
         a, b = mean * strength, (1 - mean) * strength
         k = np.arange(n + 1)
         log_pmf = (gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
@@ -972,11 +983,32 @@ def share_night_p(successes: int, n: int, base_successes: Sequence[int], base_to
     # The night effects' covariances beyond independent nights', per unit of between-night share
     # variance (0 when rho is)
     covariance = ar1_window_variance(rho, nights, k, gap) - (1 / nights + 1 / k)
-    tails = beta_binomial_tails(successes, n, share,
-                                [1 + ((n / nights - 1) + n * covariance) * ((phi - 1) / (size - 1) if size > 1 else 0.0)
-                                 + n * phi / total for phi in dispersions],
-                                alternative)
+    means = [share] * len(dispersions)
+    if rho > 0 and size > 1 and base_totals[0] > 0:
+        means = _share_carried(share, size, rho, nights, gap, base_successes[0] / base_totals[0], base_totals[0],
+                               dispersions)
+    tails = beta_binomial_tails_at(successes, n, means,
+                                   [1 + ((n / nights - 1) + n * covariance) * ((phi - 1) / (size - 1) if size > 1 else 0.0)
+                                    + n * phi / total for phi in dispersions],
+                                   alternative)
     return sum(tails) / len(tails)
+
+
+def _share_carried(share: float, size: float, rho: float, nights: int, gap: int, newest: float, newest_n: int,
+                   dispersions: Sequence[float]) -> list[float]:
+    """share_night_p's predictive mean per dispersion phi: the pooled share plus the part of the
+    newest baseline night's departure from it that its night effect carries into the window under
+    AR(1): a g (newest - share), a the mean of rho^h over the window's steps, g = B / (B + p q /
+    newest_n) the share of that night's departure that is night effect (B = (phi - 1) p q / (size
+    - 1)), held within (0, 1)."""
+    pq = share * (1 - share)
+    a = sum(rho ** (nights + gap - i) for i in range(nights)) / nights
+    means = []
+    for phi in dispersions:
+        between = (phi - 1) * pq / (size - 1)
+        gain = between / (between + pq / newest_n) if between > 0 else 0.0
+        means.append(min(1 - 1e-9, max(1e-9, share + a * gain * (newest - share))))
+    return means
 
 
 def first_crossing(levels: Sequence[float], values: npt.NDArray[np.float64], factor: float) -> npt.NDArray[np.float64]:
