@@ -28,6 +28,9 @@ minutes of CPU before the regression histories; `--models`, `--nights` and `--hi
 it. The column "10x/10" (per 90 nights) estimates the same spend from ten times as many events:
 the regression tests within NEAR_FACTOR times their level.
 
+Each detection share comes with a 95% interval (detected_interval): branch points closer than a
+baseline window share most of their baseline nights, so their histories are not independent trials.
+
 Besides the stated regressions, a creep (TTFT +0.5% a night, growing from the branch point) is
 judged on whether it pages within 40 nights, and the table gives the TTFT family's stated
 detectable shift (`prober drift-power`) at the branch points beside what was detected.
@@ -531,7 +534,7 @@ def detected_interval(found: list[int | None], within: int = 2, cluster: int = 1
     share = sum(hits) / n
     groups = [hits[i:i + cluster] for i in range(0, n, max(1, cluster))]
     effective = float(n)
-    if 0 < share < 1 and len(groups) > 1:
+    if cluster > 1 and 0 < share < 1 and len(groups) > 1:
         # the ratio estimator's variance over clusters, against the binomial's
         spread = sum((sum(g) - share * len(g)) ** 2 for g in groups) / (len(groups) - 1) * len(groups) / n ** 2
         effective = n / max(1.0, spread / (share * (1 - share) / n))
