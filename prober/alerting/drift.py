@@ -26,8 +26,12 @@ policy, measured by bench/alarm_calibration.py (docs/operations.md, "Alerting"):
   baseline's values (stats.night_prediction_p) on the log scale; schema_order's paired difference
   likewise, its spread floored at tonight's paired sampling variance.
 - Nights are not independent: a deploy or a noisy neighbour lasts days. Every test estimates the
-  lag-1 autocorrelation its baseline's nights show and takes it into its variance, the variance of
-  its window and its degrees of freedom (stats.serial_baseline, stats.ar1_window_variance).
+  lag-1 autocorrelation its baseline's nights show and judges its window against the baseline's
+  AR(1) one-step prediction: a latency or paired family against the baseline mean plus the part
+  of the newest baseline night's departure that lasts into the window, on the innovations'
+  variance (stats.serial_prediction); a share's predictive mean carries that night's night effect
+  likewise, its variance the plain window's with the night effects' covariances
+  (stats.share_night_p, ar1_window_variance).
 - Windows: tonight against the previous `baseline_runs` runs (a notice only), the mean of tonight
   and the previous run against the runs before that one, which pages when each of its two nights
   also lies beyond the baseline's 90th percentile on its own (a regression that persists, not one
@@ -491,10 +495,10 @@ def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, 
             since = limits.accepted_since(key, metric) if limits else None
             previous_allowed = bool(started) and (since is None or started[0] >= since)
             usable = [ok and h is not None for h, ok in zip(history, allowed)]
-            kept = [h for h, ok in zip(history, usable) if ok]
+            kept = [h for h, ok in zip(history, usable) if ok and h is not None]
             recent = kept[:config.baseline_runs]
             previous = history[0] if history and previous_allowed else None
-            earlier = [h for h, ok in zip(history[1:], usable[1:]) if ok][:config.baseline_runs]
+            earlier = [h for h, ok in zip(history[1:], usable[1:]) if ok and h is not None][:config.baseline_runs]
         else:
             usable = [h is not None for h in history]
             recent = [h for h in history[:config.baseline_runs] if h is not None]
@@ -517,7 +521,8 @@ def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, 
             if two.p_value is not None and two.p_value <= budget:
                 # only a window near a level needs its nights judged one by one (tonight a run
                 # further from the baseline than the previous)
-                each = [_night_test(kind, target, probe, metric, labels, [night], earlier, gap=earlier_gap + extra).p_value
+                each = [_night_test(kind, target, probe, metric, labels, [night], earlier,
+                                    gap=earlier_gap + extra).p_value
                         for night, extra in ((value, 1), (previous, 0))]
                 two = replace(two, each_night_p=None if None in each else max(p for p in each if p is not None))
             tests.append(replace(two, window_start=started[0]) if started else two)

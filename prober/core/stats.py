@@ -940,7 +940,8 @@ def share_night_p(successes: int, n: int, base_successes: Sequence[int], base_to
     autocovariance over their between-night variance) corrects phi for its bias, caps its degrees
     of freedom, and adds the covariances of the night effects to the predictive's variance
     (ar1_window_variance): the `nights` runs together vary more, the baseline's share less
-    independently of tonight's."""
+    independently of tonight's. The predictive's mean then carries the newest baseline night's
+    night effect into the window (_share_carried); its variance stays the plain window's."""
     k, total = len(base_totals), sum(base_totals)
     if n <= 0 or k < 3 or total <= 0:
         return None
@@ -987,10 +988,9 @@ def share_night_p(successes: int, n: int, base_successes: Sequence[int], base_to
     if rho > 0 and size > 1 and base_totals[0] > 0:
         means = _share_carried(share, size, rho, nights, gap, base_successes[0] / base_totals[0], base_totals[0],
                                dispersions)
-    tails = beta_binomial_tails_at(successes, n, means,
-                                   [1 + ((n / nights - 1) + n * covariance) * ((phi - 1) / (size - 1) if size > 1 else 0.0)
-                                    + n * phi / total for phi in dispersions],
-                                   alternative)
+    factors = [1 + ((n / nights - 1) + n * covariance) * ((phi - 1) / (size - 1) if size > 1 else 0.0)
+               + n * phi / total for phi in dispersions]
+    tails = beta_binomial_tails_at(successes, n, means, factors, alternative)
     return sum(tails) / len(tails)
 
 
