@@ -593,9 +593,10 @@ def calibrate(nights: int, histories: int, seed: int, workers: int = 3, models: 
                      for _, r in with_regressions)
     lines.append(f"{'TTFT p50 shift stated detectable (median)':<52}  {'':>9}{stated}")
     targets = ", ".join(f"{share:.2f} under {name}" for name, share in DETECTION_TARGETS.items())
+    shared = (f"; the interval takes runs of {cluster} branch points ({every} nights apart) as sharing their "
+              "baseline" if histories and cluster > 1 else "")
     lines.append(f"* detection targets: {targets}; median over the histories detected within {HORIZON} nights "
-                 f"({CREEP_WITHIN} for the creep); the interval takes runs of {cluster} branch points "
-                 f"({every} nights apart) as sharing their baseline")
+                 f"({CREEP_WITHIN} for the creep){shared}")
     lines.append(f"worst false-page upper bound: {worst_model}")
     return lines, worst_rate, worst_share, creep_share
 
