@@ -28,6 +28,9 @@ minutes of CPU before the regression histories; `--models`, `--nights` and `--hi
 it. The column "10x/10" (per 90 nights) estimates the same spend from ten times as many events:
 the regression tests within NEAR_FACTOR times their level.
 
+Each detection share comes with a 95% interval (detected_interval): branch points closer than a
+baseline window share most of their baseline nights, so their histories are not independent trials.
+
 Besides the stated regressions, a creep (TTFT +0.5% a night, growing from the branch point) is
 judged on whether it pages within 40 nights, and the table gives the TTFT family's stated
 detectable shift (`prober drift-power`) at the branch points beside what was detected.
@@ -515,6 +518,32 @@ def detected_share(found: list[int | None], within: int = 2) -> float:
     return sum(1 for d in found if d is not None and d <= within) / len(found) if found else 1.0
 
 
+def detected_interval(found: list[int | None], within: int = 2, cluster: int = 1,
+                      confidence: float = 0.95) -> tuple[float, float]:
+    """A Wilson interval for detected_share whose histories come in runs of `cluster` consecutive
+    branch points that share most of their baseline nights (branch points 10 nights apart share
+    46 of a 56-night baseline, so a baseline that happens to be wide costs several histories at
+    once): the number of histories is divided by the design effect the clusters show (the
+    variance of the clusters' shares over the binomial's, at least 1)."""
+    from scipy.special import ndtri
+
+    n = len(found)
+    if n == 0:
+        return 1.0, 1.0
+    hits = [1.0 if d is not None and d <= within else 0.0 for d in found]
+    share = sum(hits) / n
+    groups = [hits[i:i + cluster] for i in range(0, n, max(1, cluster))]
+    effective = float(n)
+    if cluster > 1 and 0 < share < 1 and len(groups) > 1:
+        # the ratio estimator's variance over clusters, against the binomial's
+        spread = sum((sum(g) - share * len(g)) ** 2 for g in groups) / (len(groups) - 1) * len(groups) / n ** 2
+        effective = n / max(1.0, spread / (share * (1 - share) / n))
+    z = float(ndtri(1 - (1 - confidence) / 2))
+    centre = (share + z * z / (2 * effective)) / (1 + z * z / effective)
+    half = z / (1 + z * z / effective) * math.sqrt(share * (1 - share) / effective + z * z / (4 * effective ** 2))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def calibrate(nights: int, histories: int, seed: int, workers: int = 3, models: list[NoiseModel] | None = None
               ) -> tuple[list[str], float, float, float]:
     """(table lines, worst upper bound of false pages per 90 nights over the noise models, worst
@@ -537,9 +566,12 @@ def calibrate(nights: int, histories: int, seed: int, workers: int = 3, models: 
                      f"{near:>6.2f}  {paged}")
     lines.append("")
     with_regressions = [(model, result) for model, result in zip(models, results) if model.regressions]
-    header = "".join(f"  {model.name + (' *' if model.name in DETECTION_TARGETS else ''):>16}"
+    header = "".join(f"  {model.name + (' *' if model.name in DETECTION_TARGETS else ''):>27}"
                      for model, _ in with_regressions)
-    lines.append(f"{'regression: detected within 2 nights (median nights)':<52}  histories{header}")
+    lines.append(f"{'regression: detected within 2 nights [95%] (median)':<52}  histories{header}")
+    # Branch points closer than a baseline window share most of their baseline nights
+    every = max(1, nights // max(1, histories))
+    cluster = max(1, math.ceil(default_config().drift.baseline_runs / every))
     worst_share, creep_share = 1.0, 1.0
     for regression in REGRESSIONS:
         cells, found = [], []
@@ -550,18 +582,21 @@ def calibrate(nights: int, histories: int, seed: int, workers: int = 3, models: 
                 creep_share = within
             detected = [d for d in found if d is not None]
             median = f"{statistics.median(detected):g}" if detected else "never"
-            cells.append(f"{within:.2f} ({median})")
+            low, high = detected_interval(found, regression.within, cluster)
+            cells.append(f"{within:.2f} [{low:.2f}, {high:.2f}] ({median})")
             if model.name in DETECTION_TARGETS and regression.target:
                 worst_share = min(worst_share, within / DETECTION_TARGETS[model.name])
         name = (regression.name + ("" if regression.target else " (no target)")
                 + (f" (within {regression.within})" if regression.within != 2 else ""))
-        lines.append(f"{name:<52}  {len(found):>9}" + "".join(f"  {c:>16}" for c in cells))
-    stated = "".join(f"  {f'+{statistics.median(r.stated_ttft):.0%}' if r.stated_ttft else '-':>16}"
+        lines.append(f"{name:<52}  {len(found):>9}" + "".join(f"  {c:>27}" for c in cells))
+    stated = "".join(f"  {f'+{statistics.median(r.stated_ttft):.0%}' if r.stated_ttft else '-':>27}"
                      for _, r in with_regressions)
     lines.append(f"{'TTFT p50 shift stated detectable (median)':<52}  {'':>9}{stated}")
     targets = ", ".join(f"{share:.2f} under {name}" for name, share in DETECTION_TARGETS.items())
+    shared = (f"; the interval takes runs of {cluster} branch points ({every} nights apart) as sharing their "
+              "baseline" if histories and cluster > 1 else "")
     lines.append(f"* detection targets: {targets}; median over the histories detected within {HORIZON} nights "
-                 f"({CREEP_WITHIN} for the creep)")
+                 f"({CREEP_WITHIN} for the creep){shared}")
     lines.append(f"worst false-page upper bound: {worst_model}")
     return lines, worst_rate, worst_share, creep_share
 

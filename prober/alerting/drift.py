@@ -26,8 +26,12 @@ policy, measured by bench/alarm_calibration.py (docs/operations.md, "Alerting"):
   baseline's values (stats.night_prediction_p) on the log scale; schema_order's paired difference
   likewise, its spread floored at tonight's paired sampling variance.
 - Nights are not independent: a deploy or a noisy neighbour lasts days. Every test estimates the
-  lag-1 autocorrelation its baseline's nights show and takes it into its variance, the variance of
-  its window and its degrees of freedom (stats.serial_baseline, stats.ar1_window_variance).
+  lag-1 autocorrelation its baseline's nights show and judges its window against the baseline's
+  AR(1) one-step prediction: a latency or paired family against the baseline mean plus the part
+  of the newest baseline night's departure that lasts into the window, on the innovations'
+  variance (stats.serial_prediction); a share's predictive mean carries that night's night effect
+  likewise, its variance the plain window's with the night effects' covariances
+  (stats.share_night_p, ar1_window_variance).
 - Windows: tonight against the previous `baseline_runs` runs (a notice only), the mean of tonight
   and the previous run against the runs before that one, which pages when each of its two nights
   also lies beyond the baseline's 90th percentile on its own (a regression that persists, not one
@@ -300,26 +304,28 @@ def _worst_cell(kind: str, current: Sequence[RunValue], baseline: Sequence[RunVa
 
 def night_test(kind: str, target: str, probe: str, metric: str, labels: dict[str, Any],
                current: Sequence[RunValue], baseline: Sequence[RunValue], describe_below: float = 1.0,
-               p_values: bool = True) -> DriftTest:
+               p_values: bool = True, gap: int = 0) -> DriftTest:
     """The mean of `current` (tonight, or tonight and the previous run) against `baseline`, one-sided
     towards the family's bad direction. The cell that moved most is named when p <= `describe_below`
     (naming it costs more than the test, and only a detected test's text shows it). Without
-    `p_values` the test has none (see drift_for_run)."""
-    test = _night_test(kind, target, probe, metric, labels, current, baseline, p_values)
+    `p_values` the test has none (see drift_for_run). `gap`: runs between the newest baseline run and
+    the oldest of `current` (left out of the baseline), which the prediction carries over."""
+    test = _night_test(kind, target, probe, metric, labels, current, baseline, p_values, gap)
     if test.p_value is None or test.p_value > describe_below:
         return test
     return replace(test, worst_cell=_worst_cell(kind, current, baseline, test.direction))
 
 
 def _night_test(kind: str, target: str, probe: str, metric: str, labels: dict[str, Any],
-                current: Sequence[RunValue], baseline: Sequence[RunValue], p_values: bool = True) -> DriftTest:
+                current: Sequence[RunValue], baseline: Sequence[RunValue], p_values: bool = True,
+                gap: int = 0) -> DriftTest:
     m, k = len(current), len(baseline)
     direction = bad_direction(probe, metric)
     cells = max(1, len(current[0].cells))
     if kind == "proportion":
         x, n = sum(v.successes for v in current), sum(v.n for v in current)
         base_x, base_n = [v.successes for v in baseline], [v.n for v in baseline]
-        p = (stats.share_night_p(x, n, base_x, base_n, _alternative(direction), nights=m, serial=True)
+        p = (stats.share_night_p(x, n, base_x, base_n, _alternative(direction), nights=m, serial=True, gap=gap)
              if p_values else None)
         now, before = x / n, sum(base_x) / sum(base_n)
         return DriftTest(kind, target, probe, metric, labels, p, now - before, before, now, n, sum(base_n), k, m,
@@ -327,7 +333,8 @@ def _night_test(kind: str, target: str, probe: str, metric: str, labels: dict[st
     floor = (stats.LATENCY_LOG_VARIANCE_FLOOR if kind == "latency"
              else max(v.sampling_variance for v in current))
     values = [v.value for v in baseline]
-    p = (stats.night_prediction_p([v.value for v in current], values, floor, _alternative(direction), serial=True)[0]
+    p = (stats.night_prediction_p([v.value for v in current], values, floor, _alternative(direction), serial=True,
+                                  gap=gap)[0]
          if p_values else None)
     now, before = sum(v.value for v in current) / m, sum(values) / k
     n_now, n_before = sum(v.n for v in current), sum(v.n for v in baseline)
@@ -487,27 +494,36 @@ def target_tests(target: str, current: dict[Identity, tuple[RunValue, dict[str, 
             # judged on its latest nights); only an accepted level's start bounds it.
             since = limits.accepted_since(key, metric) if limits else None
             previous_allowed = bool(started) and (since is None or started[0] >= since)
-            kept = [h for h, ok in zip(history, allowed) if ok and h is not None]
+            usable = [ok and h is not None for h, ok in zip(history, allowed)]
+            kept = [h for h, ok in zip(history, usable) if ok and h is not None]
             recent = kept[:config.baseline_runs]
             previous = history[0] if history and previous_allowed else None
-            earlier = [h for h, ok in zip(history[1:], allowed[1:]) if ok and h is not None][:config.baseline_runs]
+            earlier = [h for h, ok in zip(history[1:], usable[1:]) if ok and h is not None][:config.baseline_runs]
         else:
+            usable = [h is not None for h in history]
             recent = [h for h in history[:config.baseline_runs] if h is not None]
             previous = history[0] if history else None
             earlier = [h for h in history[1:config.baseline_runs + 1] if h is not None]
+        # runs between tonight (or the previous run) and its baseline's newest, left out of it (an
+        # open drift's nights): the one-step prediction carries the baseline's level over them
+        gap = usable.index(True) if True in usable else 0
+        earlier_gap = usable[1:].index(True) if True in usable[1:] else 0
         if len(recent) < needed:
             short += 1
             continue
-        tests.append(night_test(kind, target, probe, metric, labels, [value], recent, budget, p_values))
+        tests.append(night_test(kind, target, probe, metric, labels, [value], recent, budget, p_values, gap))
         if page_group(tests[-1]) != key:
             grouped[(page_group(tests[-1]), key)] = history
         latest: float | None = None          # the two-night window's p (what a trend's page needs)
         if previous is not None and len(earlier) >= needed:
-            two = night_test(kind, target, probe, metric, labels, [value, previous], earlier, budget, p_values)
+            two = night_test(kind, target, probe, metric, labels, [value, previous], earlier, budget, p_values,
+                             earlier_gap)
             if two.p_value is not None and two.p_value <= budget:
-                # only a window near a level needs its nights judged one by one
-                each = [_night_test(kind, target, probe, metric, labels, [night], earlier).p_value
-                        for night in (value, previous)]
+                # only a window near a level needs its nights judged one by one (tonight a run
+                # further from the baseline than the previous)
+                each = [_night_test(kind, target, probe, metric, labels, [night], earlier,
+                                    gap=earlier_gap + extra).p_value
+                        for night, extra in ((value, 1), (previous, 0))]
                 two = replace(two, each_night_p=None if None in each else max(p for p in each if p is not None))
             tests.append(replace(two, window_start=started[0]) if started else two)
             latest = two.p_value

@@ -665,6 +665,69 @@ def ar1_degrees_of_freedom(rho: float, k: int, signal: float = 1.0) -> float:
     return max(2.0, k / (1 + 2 * signal ** 2 * rho ** 2 / (1 - rho ** 2)) - 1)
 
 
+def _prediction_reach(rho: float, current: int, gap: int) -> tuple[float, float]:
+    """(a, da/drho): the share of the newest baseline night's departure from the baseline mean
+    that an AR(1) series carries into the mean of the `current` nights after it (`gap` nights
+    between), a = mean of rho^h over their steps h, and its derivative in rho."""
+    steps = [current + gap - i for i in range(current)]
+    return (sum(rho ** h for h in steps) / current,
+            sum(h * rho ** (h - 1) for h in steps) / current)
+
+
+def ar1_prediction_variance(rho: float, current: int, baseline: int, gap: int = 0) -> float:
+    """Var(mean of the `current` newest nights - its AR(1) one-step prediction) in units of one
+    night's variance: the prediction is the baseline mean plus a (ar1_prediction: the newest
+    baseline night's departure from that mean carried forward), so the weights are 1/current on
+    the window, -a - (1 - a)/baseline on the newest baseline night and -(1 - a)/baseline on the
+    others, and the variance w' R w. At rho 0 it is 1/current + 1/baseline; at rho 0.5 and two
+    nights against 56, 0.62 where the plain difference of means (ar1_window_variance) has 0.78,
+    and 0.40 at rho 0.8 where that has 0.93: a night effect that lasts is partly known."""
+    if rho <= 0:
+        return 1 / current + 1 / baseline
+    a, _ = _prediction_reach(rho, current, gap)
+    weights = ((1 / current,) * current + (0.0,) * gap + (-a - (1 - a) / baseline,)
+               + (-(1 - a) / baseline,) * (baseline - 1))
+    return _ar1_quadratic_form(round(rho, 3), weights)
+
+
+class SerialPrediction(NamedTuple):
+    predicted: float        # the window's mean as the baseline predicts it
+    variance: float         # a night's variance (at least the floor)
+    window: float           # the prediction error's variance in units of it
+    df: float
+    rho: float
+
+
+def serial_prediction(current: int, baseline: Sequence[float], gap: int = 0,
+                      variance_floor: float = 0.0) -> SerialPrediction:
+    """The AR(1) one-step prediction of the mean of the `current` nights that follow `baseline`
+    (consecutive nights, newest first; `gap` nights between its newest and the window's oldest):
+    the baseline mean plus a (rho^h averaged over the window's steps) times the newest night's
+    departure from it. A night effect that lasts (a deploy, a noisy neighbour) is carried into
+    tonight's prediction rather than read as drift, and what it leaves to chance is the
+    innovations' variance, estimated from the k - 1 one-step residuals (k - 3 degrees of freedom),
+    where a night's own variance from k autocorrelated values has few (ar1_degrees_of_freedom: 14
+    of 56 at rho 0.8). The window's variance adds the uncertainty of the estimated rho (about
+    (1 - rho^2) / k) through a's slope, times the newest night's departure squared. With no
+    autocorrelation shown (rho 0) it is the plain prediction interval: the sample variance on
+    k - 1 degrees of freedom, window 1/current + 1/k."""
+    k = len(baseline)
+    mean = sum(baseline) / k
+    variance, autocovariance = lag1_autocovariance(baseline)
+    rho = ar1_coefficient(autocovariance, variance, k)
+    if rho <= 0 or k < 5:
+        s2 = sum((v - mean) ** 2 for v in baseline) / (k - 1)
+        return SerialPrediction(mean, max(s2, variance_floor), 1 / current + 1 / k, k - 1, 0.0)
+    residuals = [(newer - mean) - rho * (older - mean) for newer, older in itertools.pairwise(baseline)]
+    night = sum(r * r for r in residuals) / (k - 3) / (1 - rho ** 2)
+    night = max(night, variance_floor)
+    a, slope = _prediction_reach(rho, current, gap)
+    departure = baseline[0] - mean
+    window = (ar1_prediction_variance(rho, current, k, gap)
+              + departure ** 2 / night * (1 - rho ** 2) / k * slope ** 2)
+    return SerialPrediction(mean + a * departure, night, window, k - 3, rho)
+
+
 def serial_baseline(baseline: Sequence[float]) -> tuple[float, float, float, float]:
     """(mean, night variance, rho, degrees of freedom) of a baseline of consecutive nights: the
     sample variance corrected for the autocorrelation the values show."""
@@ -697,8 +760,8 @@ def night_prediction_p(current: Sequence[float], baseline: Sequence[float], vari
     if k < 3 or m < 1:
         return None, None
     if serial:
-        mean, variance, rho, df = serial_baseline(baseline)
-        window = ar1_window_variance(rho, m, k, gap)
+        found = serial_prediction(m, baseline, gap, variance_floor)
+        mean, variance, window, df = found.predicted, found.variance, found.window, found.df
     else:
         mean = sum(baseline) / k
         variance, df, window = sum((v - mean) ** 2 for v in baseline) / (k - 1), k - 1, 1 / m + 1 / k
@@ -733,12 +796,21 @@ def night_shift_detectable(baseline: Sequence[float], alpha_two_nights: float, p
     return shift_detectable(max(variance, variance_floor), k, alpha_two_nights, power, rho, each_night_p)
 
 
+def _expected_prediction_variance(rho: float, current: int, k: int, gap: int = 0) -> float:
+    """serial_prediction's window variance at a newest baseline night one night sd from the mean."""
+    if rho <= 0 or k < 5:
+        return 1 / current + 1 / k
+    _, slope = _prediction_reach(rho, current, gap)
+    return ar1_prediction_variance(rho, current, k, gap) + (1 - rho ** 2) / k * slope ** 2
+
+
 def shift_detectable(variance: float, k: int, alpha_two_nights: float, power: float = 0.9,
                      rho: float = 0.0, each_night_p: float | None = None) -> float | None:
-    """The shift d with P(mean of 2 nights - baseline mean > t s sqrt(W)) = power for a baseline
+    """The shift d with P(mean of 2 nights - its prediction > t s sqrt(W)) = power for a baseline
     of k nights with night variance s^2: d = s sqrt(W) (t_{alpha, df} + z_power), the mean of two
-    shifted nights normal around d; W = 1/2 + 1/k and df = k - 1 for independent nights, the AR(1)
-    window variance and degrees of freedom at `rho` (ar1_window_variance, ar1_degrees_of_freedom).
+    shifted nights normal around d; W = 1/2 + 1/k and df = k - 1 for independent nights; at `rho`
+    the one-step prediction's W (ar1_prediction_variance, plus the uncertainty of rho at a newest
+    night one sd from the mean) on k - 3 degrees of freedom, as the drift test (serial_prediction).
     `each_night_p`: the window pages only when each of its two nights alone also lies beyond the
     baseline's (1 - each_night_p) quantile; d then solves P(window) P(one night)^2 = power (the
     events are positively correlated, so the product, and the d it gives, err on the safe side).
@@ -747,12 +819,13 @@ def shift_detectable(variance: float, k: int, alpha_two_nights: float, power: fl
         return None
     from scipy.special import ndtr, ndtri, stdtrit
 
-    window_sd = math.sqrt(variance * ar1_window_variance(rho, 2, k))
-    t = float(stdtrit(ar1_degrees_of_freedom(rho, k), 1 - alpha_two_nights))
+    window_sd = math.sqrt(variance * _expected_prediction_variance(rho, 2, k))
+    t = float(stdtrit(k - 3 if rho > 0 and k >= 5 else k - 1, 1 - alpha_two_nights))
     shift = window_sd * (t + float(ndtri(power)))
     if each_night_p is None:
         return shift
-    night_sd = math.sqrt(variance * ar1_window_variance(rho, 1, k))
+    # the later of the two nights, one step further from the baseline than the other
+    night_sd = math.sqrt(variance * _expected_prediction_variance(rho, 1, k, gap=1))
     night_z = float(ndtri(1 - each_night_p))
 
     def paged(d: float) -> float:
@@ -793,21 +866,32 @@ def beta_binomial_tails(successes: int, n: int, mean: float, variance_factors: S
     factor alone did."""
     if alternative not in ("two-sided", "greater", "less"):
         raise ValueError(f"alternative must be two-sided, greater or less, not {alternative!r}")
-    if not 0 < mean < 1 or n <= 0:
-        raise ValueError("need 0 < mean < 1 and n > 0")
+    return beta_binomial_tails_at(successes, n, [mean] * len(variance_factors), variance_factors, alternative)
+
+
+def beta_binomial_tails_at(successes: int, n: int, means: Sequence[float], variance_factors: Sequence[float],
+                           alternative: str = "two-sided") -> list[float]:
+    """beta_binomial_tails with a mean of its own for each factor (serial_share's prediction
+    differs with the dispersion it is made at)."""
+    if alternative not in ("two-sided", "greater", "less"):
+        raise ValueError(f"alternative must be two-sided, greater or less, not {alternative!r}")
     import numpy as np
     from scipy.special import bdtr, bdtrc, betaln, gammaln
 
+    centre = np.asarray(means, dtype=np.float64)
+    if n <= 0 or np.any(centre <= 0) or np.any(centre >= 1):
+        raise ValueError("need 0 < mean < 1 and n > 0")
     factors = np.asarray(variance_factors, dtype=np.float64)
     upper, lower = np.empty(len(factors)), np.empty(len(factors))
     binomial = (factors <= 1 + 1e-9) | (n == 1)
     if binomial.any():
-        upper[binomial] = 1.0 if successes <= 0 else float(bdtrc(successes - 1, n, mean))
-        lower[binomial] = float(bdtr(successes, n, mean)) if successes < n else 1.0
+        upper[binomial] = 1.0 if successes <= 0 else bdtrc(successes - 1, n, centre[binomial])
+        lower[binomial] = bdtr(successes, n, centre[binomial]) if successes < n else 1.0
     if not binomial.all():
         # (s + n) / (s + 1) = variance_factor for a beta(mean s, (1 - mean) s) mixing distribution.
         factor = np.minimum(factors[~binomial], n - 1e-6)[:, None]
         strength = (n - factor) / (factor - 1)
+        mean = centre[~binomial][:, None]
         a, b = mean * strength, (1 - mean) * strength
         k = np.arange(n + 1)
         log_pmf = (gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
@@ -856,7 +940,8 @@ def share_night_p(successes: int, n: int, base_successes: Sequence[int], base_to
     autocovariance over their between-night variance) corrects phi for its bias, caps its degrees
     of freedom, and adds the covariances of the night effects to the predictive's variance
     (ar1_window_variance): the `nights` runs together vary more, the baseline's share less
-    independently of tonight's."""
+    independently of tonight's. The predictive's mean then carries the newest baseline night's
+    night effect into the window (_share_carried); its variance stays the plain window's."""
     k, total = len(base_totals), sum(base_totals)
     if n <= 0 or k < 3 or total <= 0:
         return None
@@ -899,11 +984,31 @@ def share_night_p(successes: int, n: int, base_successes: Sequence[int], base_to
     # The night effects' covariances beyond independent nights', per unit of between-night share
     # variance (0 when rho is)
     covariance = ar1_window_variance(rho, nights, k, gap) - (1 / nights + 1 / k)
-    tails = beta_binomial_tails(successes, n, share,
-                                [1 + ((n / nights - 1) + n * covariance) * ((phi - 1) / (size - 1) if size > 1 else 0.0)
-                                 + n * phi / total for phi in dispersions],
-                                alternative)
+    means = [share] * len(dispersions)
+    if rho > 0 and size > 1 and base_totals[0] > 0:
+        means = _share_carried(share, size, rho, nights, gap, base_successes[0] / base_totals[0], base_totals[0],
+                               dispersions)
+    factors = [1 + ((n / nights - 1) + n * covariance) * ((phi - 1) / (size - 1) if size > 1 else 0.0)
+               + n * phi / total for phi in dispersions]
+    tails = beta_binomial_tails_at(successes, n, means, factors, alternative)
     return sum(tails) / len(tails)
+
+
+def _share_carried(share: float, size: float, rho: float, nights: int, gap: int, newest: float, newest_n: int,
+                   dispersions: Sequence[float]) -> list[float]:
+    """share_night_p's predictive mean per dispersion phi: the pooled share plus the part of the
+    newest baseline night's departure from it that its night effect carries into the window under
+    AR(1): a g (newest - share), a the mean of rho^h over the window's steps, g = B / (B + p q /
+    newest_n) the share of that night's departure that is night effect (B = (phi - 1) p q / (size
+    - 1)), held within (0, 1)."""
+    pq = share * (1 - share)
+    a = sum(rho ** (nights + gap - i) for i in range(nights)) / nights
+    means = []
+    for phi in dispersions:
+        between = (phi - 1) * pq / (size - 1)
+        gain = between / (between + pq / newest_n) if between > 0 else 0.0
+        means.append(min(1 - 1e-9, max(1e-9, share + a * gain * (newest - share))))
+    return means
 
 
 def first_crossing(levels: Sequence[float], values: npt.NDArray[np.float64], factor: float) -> npt.NDArray[np.float64]:

@@ -146,3 +146,16 @@ def test_every_regression_pages_within_two_nights():
     assert all(share >= 0.9 for share in shares.values()), shares
     # Over all six (240 histories) the target itself: the mean share must reach 0.95.
     assert sum(shares.values()) / len(shares) >= 0.95, shares
+
+
+def test_a_detection_share_whose_misses_share_a_baseline_has_a_wider_interval():
+    # 35 of 40 histories, the five misses four neighbours and one alone (400 nights, branch points
+    # 10 nights apart: runs of 6 share most of a 56-night baseline), against the same misses spread
+    found = [2] * 23 + [None] * 4 + [2] * 12 + [None]
+    spread = [None if i % 8 == 3 else 2 for i in range(40)]
+    assert bench.detected_share(found) == bench.detected_share(spread) == 0.875
+    clustered, alone = bench.detected_interval(found, 2, 6), bench.detected_interval(spread, 2, 6)
+    assert clustered[0] < alone[0] < 0.875 < alone[1] <= clustered[1] < 1
+    # independent histories: the Wilson interval of 35 of 40
+    assert bench.detected_interval(found, 2, 1) == pytest.approx((0.739, 0.945), abs=0.001)
+    assert bench.detected_interval([2] * 40, 2, 6)[1] == 1.0
