@@ -366,9 +366,12 @@ class _Period:
 
     start: dt.datetime
     end: dt.datetime
-    run_ids: tuple[str, ...]
     at: dt.datetime               # the middle of its runs
-    weeks: tuple[tuple[str, ...], ...] = ()    # its runs, week by week (what a kept summary covers)
+    weeks: tuple[tuple[str, ...], ...]     # its runs, week by week (what a kept summary covers)
+
+    @property
+    def runs(self) -> int:
+        return sum(map(len, self.weeks))
 
 
 def _periods(older: Sequence[RunInfo]) -> list[_Period]:
@@ -389,7 +392,7 @@ def _periods(older: Sequence[RunInfo]) -> list[_Period]:
         weekly: dict[int, list[str]] = defaultdict(list)
         for run in members:
             weekly[(run.started_at - _MONDAY) // _WEEK].append(run.id)
-        found.append(_Period(start, start + period, tuple(r.id for r in members), first + (last - first) / 2,
+        found.append(_Period(start, start + period, first + (last - first) / 2,
                              tuple(tuple(ids) for _, ids in sorted(weekly.items()))))
     return found
 
@@ -410,7 +413,7 @@ def _summaries(store: Store, periods_of: dict[tuple[str, str, str], list[_Period
     for (period, keys), summarized in zip(targets_of.items(), period_summaries(store, requests), strict=True):
         for key in keys:
             _key_series(summarized[key[0]])
-            found[key] += [PeriodSummary(period.start, period.end, period.at, len(period.run_ids), row)
+            found[key] += [PeriodSummary(period.start, period.end, period.at, period.runs, row)
                            for row in summarized[key[0]]]
     for summaries in found.values():
         summaries.sort(key=lambda summary: summary.start)     # stable: each period's rows keep their order

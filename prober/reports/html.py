@@ -81,15 +81,14 @@ def render_html(report: Report, root: str = "", page_key: str = "") -> str:
     """A report page; `root` leads from where the page is written to the site's top directory
     (prober/reports/site.py), whose index.html, latest.html and runs/ the page links to.
     `page_key`: what a run's page was drawn from, kept in the page (prober/reports/site.py)."""
-    return _ENV.get_template("report.html.j2").render(report=report, firing=report.firing, root=root,
-                                                      verdicts=report.verdicts, page_key=page_key)
+    return "".join(html_pieces(report, root, page_key))
 
 
-def html_pieces(report: Report, root: str = "") -> Iterator[str]:
+def html_pieces(report: Report, root: str = "", page_key: str = "") -> Iterator[str]:
     """render_html's page in pieces, for writing as they come: a fleet's latest page is some 14 MB,
     held once as its pieces and again as their join."""
     return _ENV.get_template("report.html.j2").generate(report=report, firing=report.firing, root=root,
-                                                        verdicts=report.verdicts, page_key="")
+                                                        verdicts=report.verdicts, page_key=page_key)
 
 
 def render_now(firing: Sequence[FiringAlert], verdicts: Sequence[VerdictRow], root: str) -> str:

@@ -409,12 +409,12 @@ class Store:
                 found.update((key, body) for key, body in conn.execute(query.where(run_summaries.c.key.in_(chunk))))
         return found
 
-    def keep_summaries(self, bodies: dict[str, str]) -> bool:
+    def keep_summaries(self, bodies: dict[str, str]) -> None:
         """Keep these summaries (key -> body), if the store lets us: a report that cannot (a store
         it may only read, a writer holding the lock for long) derives them again next time. A key
-        another report kept meanwhile holds the same body, and stays. False when nothing was kept."""
+        another report kept meanwhile holds the same body, and stays."""
         if not bodies:
-            return True
+            return
 
         def work(conn: sa.Connection) -> None:
             held: set[str] = set()
@@ -426,8 +426,7 @@ class Store:
         try:
             write_transaction(self._engine, work, retry_for=SUMMARY_WRITE_RETRY_S, lock_wait=SUMMARY_WRITE_RETRY_S)
         except sa.exc.DBAPIError:
-            return False
-        return True
+            pass                    # (a cache: the report goes on without keeping them)
 
     def latest_complete_runs(self, *, since: dt.datetime | None = None, target: str | None = None,
                              run_id: str | None = None) -> dict[tuple[str, str, str], str]:
