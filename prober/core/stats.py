@@ -864,8 +864,6 @@ def beta_binomial_tails(successes: int, n: int, mean: float, variance_factors: S
     """beta_binomial_tail at each of `variance_factors`, computed together: the drift tests ask
     for a dozen factors per count, and one array operation over all of them costs about what one
     factor alone did."""
-    if alternative not in ("two-sided", "greater", "less"):
-        raise ValueError(f"alternative must be two-sided, greater or less, not {alternative!r}")
     return beta_binomial_tails_at(successes, n, [mean] * len(variance_factors), variance_factors, alternative)
 
 
@@ -1002,7 +1000,7 @@ def _share_carried(share: float, size: float, rho: float, nights: int, gap: int,
     newest_n) the share of that night's departure that is night effect (B = (phi - 1) p q / (size
     - 1)), held within (0, 1)."""
     pq = share * (1 - share)
-    a = sum(rho ** (nights + gap - i) for i in range(nights)) / nights
+    a, _ = _prediction_reach(rho, nights, gap)
     means = []
     for phi in dispersions:
         between = (phi - 1) * pq / (size - 1)
